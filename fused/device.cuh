@@ -1,0 +1,12 @@
+// Device discovery, error checking and the bf16 conversions shared by the kernels.
+#pragma once
+
+#include <string>
+
+namespace dsa::fused {
+
+// Number of CUDA devices; 0 when there is no driver or no device (never throws).
+int device_count();
+std::string device_name(int device);
+
+}  // namespace dsa::fused
