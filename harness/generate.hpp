@@ -1,0 +1,26 @@
+// Deterministic inputs and random cases. Every tensor element is a pure function of
+// (seed, tensor name, element index) through a counter-based generator, rounded once to bf16:
+// bit-identical on every platform and build.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "harness/case.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa {
+
+// The case's inputs, adversarial features applied (InitSpec).
+Inputs generate_inputs(const Case& c);
+
+// The indices injected into the attention stage ([Tp, K'] global rows), when init.inject_indices.
+std::optional<TensorI> injected_indices(const Case& c);
+
+// Profiles: smoke (CI, seconds), default, nightly (long, adversarial), production (DeepSeek-V3.2
+// and GLM-5 shapes). Case i of a run is a pure function of (profile, master seed, i).
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index);
+const std::vector<std::string>& profiles();
+
+}  // namespace dsa
