@@ -24,8 +24,18 @@ class Backend {
   virtual BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) = 0;
 };
 
+struct BackendOptions {
+  std::string comm = "auto";      // cuda only: nccl | local | auto
+  double exec_timeout_s = 600;    // exec only: the external command's time limit
+};
+
 // reference | lowp | cuda | auto | mutant:NAME | exec:CMD. Throws InvalidInput for an unknown
 // name and Unavailable when the environment cannot run it (e.g. cuda without a device).
-std::unique_ptr<Backend> make_backend(const std::string& spec);
+std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt = {});
+
+// The fused kernels (harness/backend_cuda.cpp). Throws Unavailable when built without CUDA or
+// when no device is present.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt);
+bool cuda_device_present();
 
 }  // namespace dsa
