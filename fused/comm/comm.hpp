@@ -1,0 +1,54 @@
+// The CP communicator of the fused path (DESIGN.md "Fused kernels and communication"): the three
+// collectives the DSA core needs, on device buffers, stream-ordered. Two implementations: NCCL
+// (one rank per GPU) and a local group that runs several ranks on ONE GPU (NCCL refuses that).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace dsa::fused {
+
+class DeviceComm {
+ public:
+  virtual ~DeviceComm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int device() const = 0;   // the CUDA device this rank runs on
+  virtual std::string kind() const = 0;  // "nccl" | "local"
+  // recv[r·bytes : (r+1)·bytes] = send of rank r (raw bytes, any element type).
+  virtual void allgather(const void* send, void* recv, size_t bytes, cudaStream_t s) = 0;
+  // recv (count floats) = Σ_r send_r[rank·count : (rank+1)·count].
+  virtual void reduce_scatter(const float* send, float* recv, size_t count, cudaStream_t s) = 0;
+  // buf = Σ_r buf_r, in place.
+  virtual void allreduce_sum(float* buf, size_t count, cudaStream_t s) = 0;
+  // Marks the group broken so that ranks waiting in a collective throw instead of hanging.
+  virtual void abort() {}
+};
+
+// A group of ranks of one process; each rank's host thread uses comm(rank).
+class CommGroup {
+ public:
+  virtual ~CommGroup() = default;
+  virtual int size() const = 0;
+  virtual DeviceComm& comm(int rank) = 0;
+};
+
+// Several ranks on one device: one host thread per rank, device-to-device copies between the
+// ranks' buffers and a host barrier. Reductions add in rank order, so they are deterministic.
+std::unique_ptr<CommGroup> make_local_group(int size, int device = 0);
+
+// NCCL, one rank per GPU (devices 0 … size−1), one host thread per rank (ncclCommInitAll).
+// Throws dsa::Unavailable when built without NCCL or with fewer devices than ranks.
+std::unique_ptr<CommGroup> make_nccl_group(int size);
+bool nccl_available();
+
+// One process per GPU under mpirun: the NCCL unique id is broadcast over MPI (as nccl-tests
+// does). Only with DSA_HAVE_MPI and DSA_HAVE_NCCL; otherwise throws dsa::Unavailable.
+std::unique_ptr<DeviceComm> make_nccl_mpi_comm();
+
+}  // namespace dsa::fused

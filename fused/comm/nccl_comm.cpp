@@ -1,0 +1,117 @@
+// NCCL communicators: one rank per GPU, either one host thread per GPU in this process
+// (ncclCommInitAll) or one process per GPU under mpirun (unique id broadcast over MPI, as
+// nccl-tests does). Without NCCL both factories throw dsa::Unavailable.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fused/comm/comm.hpp"
+#include "fused/cuda_check.hpp"
+#include "reference/errors.hpp"
+
+#ifdef DSA_HAVE_NCCL
+#include <nccl.h>
+#endif
+#if defined(DSA_HAVE_MPI) && defined(DSA_HAVE_NCCL)
+#include <mpi.h>
+#endif
+
+namespace dsa::fused {
+
+#ifdef DSA_HAVE_NCCL
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(r));
+}
+
+class NcclComm final : public DeviceComm {
+ public:
+  NcclComm(ncclComm_t c, int rank, int size, int device) : c_(c), rank_(rank), size_(size), device_(device) {}
+  ~NcclComm() override { ncclCommDestroy(c_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const override { return device_; }
+  std::string kind() const override { return "nccl"; }
+  void allgather(const void* send, void* recv, size_t bytes, cudaStream_t s) override {
+    nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, c_, s), "ncclAllGather");
+  }
+  void reduce_scatter(const float* send, float* recv, size_t count, cudaStream_t s) override {
+    nccl_check(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, c_, s), "ncclReduceScatter");
+  }
+  void allreduce_sum(float* buf, size_t count, cudaStream_t s) override {
+    nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, c_, s), "ncclAllReduce");
+  }
+  void abort() override { ncclCommAbort(c_); aborted_ = true; }
+
+ private:
+  ncclComm_t c_;
+  int rank_, size_, device_;
+  bool aborted_ = false;
+};
+
+class NcclGroup final : public CommGroup {
+ public:
+  explicit NcclGroup(int size) {
+    std::vector<ncclComm_t> comms(size);
+    std::vector<int> devs(size);
+    for (int r = 0; r < size; ++r) devs[r] = r;
+    nccl_check(ncclCommInitAll(comms.data(), size, devs.data()), "ncclCommInitAll");
+    for (int r = 0; r < size; ++r) members_.emplace_back(new NcclComm(comms[r], r, size, r));
+  }
+  int size() const override { return (int)members_.size(); }
+  DeviceComm& comm(int rank) override { return *members_.at(rank); }
+
+ private:
+  std::vector<std::unique_ptr<NcclComm>> members_;
+};
+
+}  // namespace
+#endif
+
+bool nccl_available() {
+#ifdef DSA_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<CommGroup> make_nccl_group(int size) {
+#ifdef DSA_HAVE_NCCL
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  if (n < size)
+    throw Unavailable("NCCL needs one GPU per rank: cp = " + std::to_string(size) + " but " +
+                      std::to_string(n) + " device(s) (use --comm local)");
+  return std::make_unique<NcclGroup>(size);
+#else
+  (void)size;
+  throw Unavailable("built without NCCL (use --comm local)");
+#endif
+}
+
+std::unique_ptr<DeviceComm> make_nccl_mpi_comm() {
+#if defined(DSA_HAVE_MPI) && defined(DSA_HAVE_NCCL)
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(nullptr, nullptr);
+  int rank = 0, size = 1, ndev = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  DSA_CUDA_CHECK(cudaGetDeviceCount(&ndev));
+  if (ndev < 1) throw Unavailable("no CUDA device for MPI rank " + std::to_string(rank));
+  ncclUniqueId id;
+  if (rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  const int device = rank % ndev;  // ranks of one host share its GPUs round-robin
+  DSA_CUDA_CHECK(cudaSetDevice(device));
+  ncclComm_t c;
+  nccl_check(ncclCommInitRank(&c, size, id, rank), "ncclCommInitRank");
+  return std::make_unique<NcclComm>(c, rank, size, device);
+#else
+  throw Unavailable("one process per GPU needs a build with DSA_WITH_MPI=ON and NCCL");
+#endif
+}
+
+}  // namespace dsa::fused
