@@ -1,0 +1,280 @@
+// Case JSON (dsa-parity/case/v1): parse, validate, save, describe. Every refusal names the JSON
+// path of the field and the rule it breaks.
+#include "harness/case.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "reference/errors.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa {
+
+using nlohmann::json;
+
+namespace {
+
+std::string join(const std::string& base, const std::string& key) { return base.empty() ? key : base + "." + key; }
+
+std::string got(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number_float()) return "a number with a fraction";
+  return std::string("a") + (v.is_array() || v.is_object() ? "n " : " ") + v.type_name();
+}
+
+// An object whose keys must all be known.
+const json& object_at(const json& v, const std::string& path, std::initializer_list<const char*> known) {
+  require(v.is_object(), path.empty() ? "case" : path, "must be a JSON object, got " + got(v));
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    require(ok, join(path, it.key()), "unknown field");
+  }
+  return v;
+}
+
+const json* member(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+int64_t as_int(const json& v, const std::string& path) {
+  require(v.is_number_integer(), path, "must be an integer, got " + got(v));
+  require(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX), path, "is out of range");
+  return v.get<int64_t>();
+}
+
+// An integer field with an upper bound that keeps allocations sane.
+int64_t bounded_int(const json& v, const std::string& path, int64_t max_value) {
+  const int64_t x = as_int(v, path);
+  require(x <= max_value, path, "must be at most " + std::to_string(max_value) + ", got " + std::to_string(x));
+  return x;
+}
+
+double as_number(const json& v, const std::string& path) {
+  require(v.is_number(), path, "must be a number, got " + got(v));
+  return v.get<double>();
+}
+
+bool as_bool(const json& v, const std::string& path) {
+  require(v.is_boolean(), path, "must be true or false, got " + got(v));
+  return v.get<bool>();
+}
+
+std::string as_string(const json& v, const std::string& path) {
+  require(v.is_string(), path, "must be a string, got " + got(v));
+  return v.get<std::string>();
+}
+
+template <class F>
+void opt(const json& obj, const char* key, const std::string& path, F&& set) {
+  if (const json* v = member(obj, key)) set(*v, join(path, key));
+}
+
+constexpr int64_t kMaxDim = 65536;
+constexpr int64_t kMaxCp = 1024;
+constexpr int64_t kMaxElements = int64_t{1} << 32;  // all input tensors together
+
+}  // namespace
+
+Case case_from_json(const json& j) {
+  object_at(j, "", {"schema", "seed", "seqlens", "cp", "dims", "topk", "softmax_scale", "relu", "loss", "path",
+                    "pad_rows", "init", "stages", "note"});
+  const json* schema = member(j, "schema");
+  require(schema != nullptr, "schema", std::string("is required and must be \"") + kCaseSchema + "\"");
+  require(schema->is_string() && schema->get<std::string>() == kCaseSchema, "schema",
+          std::string("must be \"") + kCaseSchema + "\", got " + schema->dump());
+
+  Case c;
+  Problem& p = c.problem;
+  const json* seed = member(j, "seed");
+  require(seed != nullptr, "seed", "is required (a non-negative integer)");
+  require(seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0), "seed",
+          "must be a non-negative integer below 2^64, got " + (seed->is_number_integer() ? seed->dump() : got(*seed)));
+  c.seed = seed->get<uint64_t>();
+
+  const json* seqlens = member(j, "seqlens");
+  require(seqlens != nullptr, "seqlens", "is required (a list of sequence lengths)");
+  require(seqlens->is_array(), "seqlens", "must be an array of integers, got " + got(*seqlens));
+  require(!seqlens->empty(), "seqlens", "must list at least one sequence");
+  int64_t total = 0;
+  for (size_t i = 0; i < seqlens->size(); ++i) {
+    const std::string f = "seqlens[" + std::to_string(i) + "]";
+    const int64_t len = as_int((*seqlens)[i], f);
+    require(len >= 0, f, "must be >= 0, got " + std::to_string(len));
+    require(len <= INT32_MAX / 2, f, "must be at most 2^30, got " + std::to_string(len));
+    total += len;
+    p.seqlens.push_back(len);
+  }
+
+  opt(j, "cp", "", [&](const json& v, const std::string& path) {
+    object_at(v, path, {"size", "layout", "pad_multiple"});
+    opt(v, "size", path, [&](const json& x, const std::string& f) { p.cp.size = bounded_int(x, f, kMaxCp); });
+    opt(v, "layout", path, [&](const json& x, const std::string& f) { p.cp.layout = parse_layout(as_string(x, f), f); });
+    opt(v, "pad_multiple", path,
+        [&](const json& x, const std::string& f) { p.cp.pad_multiple = bounded_int(x, f, 1 << 20); });
+  });
+  opt(j, "dims", "", [&](const json& v, const std::string& path) {
+    object_at(v, path, {"H", "Dn", "R", "C", "Dv", "HI", "DI"});
+    const std::pair<const char*, int64_t*> dims[] = {{"H", &p.dims.H},   {"Dn", &p.dims.Dn}, {"R", &p.dims.R},
+                                                     {"C", &p.dims.C},   {"Dv", &p.dims.Dv}, {"HI", &p.dims.HI},
+                                                     {"DI", &p.dims.DI}};
+    for (auto& [k, dst] : dims) opt(v, k, path, [&](const json& x, const std::string& f) { *dst = bounded_int(x, f, kMaxDim); });
+  });
+  opt(j, "topk", "", [&](const json& v, const std::string& f) { p.topk = bounded_int(v, f, INT32_MAX); });
+  const json* scale = member(j, "softmax_scale");
+  require(scale != nullptr, "softmax_scale", "is required: pass it explicitly (Megatron: m^2/sqrt(Dn+R))");
+  p.softmax_scale = as_number(*scale, "softmax_scale");
+  opt(j, "relu", "", [&](const json& v, const std::string& f) { p.relu = as_bool(v, f); });
+  opt(j, "loss", "", [&](const json& v, const std::string& path) {
+    object_at(v, path, {"mode", "coeff"});
+    opt(v, "mode", path, [&](const json& x, const std::string& f) { p.loss = parse_loss_mode(as_string(x, f), f); });
+    opt(v, "coeff", path, [&](const json& x, const std::string& f) { p.coeff = as_number(x, f); });
+  });
+  opt(j, "path", "", [&](const json& v, const std::string& f) { p.path = parse_path(as_string(v, f), f); });
+  opt(j, "pad_rows", "", [&](const json& v, const std::string& f) { p.pad_rows = parse_pad_rows(as_string(v, f), f); });
+
+  InitSpec& in = c.init;
+  opt(j, "init", "", [&](const json& v, const std::string& path) {
+    object_at(v, path, {"distribution", "scale", "score_ties", "zero_rows", "large_logits", "huge_future_k_I",
+                        "poison_pad_keys", "inject_indices"});
+    opt(v, "distribution", path, [&](const json& x, const std::string& f) {
+      in.distribution = as_string(x, f);
+      require(in.distribution == "normal" || in.distribution == "uniform", f,
+              "must be one of normal|uniform, got '" + in.distribution + "'");
+    });
+    opt(v, "scale", path, [&](const json& x, const std::string& f) {
+      in.scale = as_number(x, f);
+      require(std::isfinite(in.scale) && in.scale > 0 && in.scale <= 1e6, f, "must be finite, > 0 and <= 1e6");
+    });
+    const std::pair<const char*, bool*> flags[] = {{"score_ties", &in.score_ties},
+                                                   {"zero_rows", &in.zero_rows},
+                                                   {"large_logits", &in.large_logits},
+                                                   {"huge_future_k_I", &in.huge_future_k_I},
+                                                   {"poison_pad_keys", &in.poison_pad_keys},
+                                                   {"inject_indices", &in.inject_indices}};
+    for (auto& [k, dst] : flags) opt(v, k, path, [&](const json& x, const std::string& f) { *dst = as_bool(x, f); });
+  });
+  opt(j, "stages", "", [&](const json& v, const std::string& path) {
+    require(v.is_array(), path, "must be an array of stage names, got " + got(v));
+    require(!v.empty(), path, "must list at least one stage");
+    c.stages.clear();
+    std::string allowed;
+    for (auto& s : all_stages()) allowed += (allowed.empty() ? "" : "|") + s;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string f = path + "[" + std::to_string(i) + "]";
+      const std::string s = as_string(v[i], f);
+      require(std::find(all_stages().begin(), all_stages().end(), s) != all_stages().end(), f,
+              "unknown stage '" + s + "', must be one of " + allowed);
+      require(!c.checks(s), f, "stage '" + s + "' is listed twice");
+      c.stages.push_back(s);
+    }
+  });
+  opt(j, "note", "", [&](const json& v, const std::string& f) { c.note = as_string(v, f); });
+
+  // Problem rules, then the layout's (lengths, cp, pad_multiple), then the case's own.
+  validate(p);
+  // Bound the stream before make_layout allocates it: each sequence pads by < pad_multiple rows.
+  const int64_t pad = std::max<int64_t>(p.cp.effective_pad_multiple(), 1) * p.cp.size;
+  require(total + int64_t(p.seqlens.size() + 1) * pad <= INT32_MAX, "seqlens",
+          "the padded stream must hold fewer than 2^31 rows");
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  int64_t elements = 0;
+  for (const char* n : {"q_nope", "q_pe", "c", "k_pe", "W_UK", "W_UV", "q_I", "k_I", "w", "dO"})
+    elements += numel(input_shape(n, p.dims, L.tp));
+  require(elements <= kMaxElements, "dims",
+          "the inputs would hold " + std::to_string(elements) + " elements for Tp = " + std::to_string(L.tp) +
+              ", at most 2^32");
+  require(!in.poison_pad_keys || p.pad_rows == PadRows::masked, "init.poison_pad_keys",
+          "requires pad_rows \"masked\": under \"attend\" pad rows are queries that see their own keys");
+  return c;
+}
+
+Case load_case(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  require(f.good(), path, "cannot open the case file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw InvalidInput("case", "not valid JSON at byte " + std::to_string(e.byte) + " of " + path);
+  }
+  return case_from_json(j);
+}
+
+json to_json(const Case& c) {
+  const Problem& p = c.problem;
+  const Dims& d = p.dims;
+  const InitSpec& in = c.init;
+  json j = {
+      {"schema", kCaseSchema},
+      {"seed", c.seed},
+      {"seqlens", p.seqlens},
+      {"cp", {{"size", p.cp.size}, {"layout", name(p.cp.layout)}, {"pad_multiple", p.cp.pad_multiple}}},
+      {"dims", {{"H", d.H}, {"Dn", d.Dn}, {"R", d.R}, {"C", d.C}, {"Dv", d.Dv}, {"HI", d.HI}, {"DI", d.DI}}},
+      {"topk", p.topk},
+      {"softmax_scale", p.softmax_scale},
+      {"relu", p.relu},
+      {"loss", {{"mode", name(p.loss)}, {"coeff", p.coeff}}},
+      {"path", name(p.path)},
+      {"pad_rows", name(p.pad_rows)},
+      {"init",
+       {{"distribution", in.distribution},
+        {"scale", in.scale},
+        {"score_ties", in.score_ties},
+        {"zero_rows", in.zero_rows},
+        {"large_logits", in.large_logits},
+        {"huge_future_k_I", in.huge_future_k_I},
+        {"poison_pad_keys", in.poison_pad_keys},
+        {"inject_indices", in.inject_indices}}},
+      {"stages", c.stages},
+  };
+  if (!c.note.empty()) j["note"] = c.note;
+  return j;
+}
+
+void save_case(const Case& c, const std::string& path) {
+  std::ofstream f(path, std::ios::binary);
+  require(f.good(), path, "cannot write the case file");
+  f << to_json(c).dump(2) << "\n";
+  require(f.good(), path, "writing the case file failed");
+}
+
+std::string describe(const Case& c) {
+  const Problem& p = c.problem;
+  const Dims& d = p.dims;
+  std::ostringstream o;
+  o << "dsa(seed=" << c.seed << " seqlens=";
+  for (size_t i = 0; i < p.seqlens.size(); ++i) o << (i ? "," : "") << p.seqlens[i];
+  o << " cp=" << p.cp.size << "/" << name(p.cp.layout);
+  if (p.cp.pad_multiple) o << "/pad" << p.cp.pad_multiple;
+  o << " H=" << d.H << " Dn=" << d.Dn << " R=" << d.R << " C=" << d.C << " Dv=" << d.Dv << " HI=" << d.HI
+    << " DI=" << d.DI << " K=" << p.topk << " loss=" << name(p.loss);
+  if (p.loss != LossMode::off && p.coeff != 1.0) o << "*" << p.coeff;
+  o << " pad=" << name(p.pad_rows);
+  if (p.path == Path::explicit_) o << " explicit";
+  if (!p.relu) o << " no-relu";
+  const InitSpec& in = c.init;
+  if (in.distribution != "normal") o << " " << in.distribution;
+  if (in.scale != 1.0) o << " scale=" << in.scale;
+  if (in.score_ties) o << " ties";
+  if (in.zero_rows) o << " zero-rows";
+  if (in.large_logits) o << " large-logits";
+  if (in.huge_future_k_I) o << " huge-future-kI";
+  if (in.poison_pad_keys) o << " poison-pads";
+  if (in.inject_indices) o << " inject";
+  if (c.stages != all_stages()) {
+    o << " stages=";
+    for (size_t i = 0; i < c.stages.size(); ++i) o << (i ? "," : "") << c.stages[i];
+  }
+  o << ")";
+  return o.str();
+}
+
+}  // namespace dsa

@@ -1,0 +1,132 @@
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "harness/case.hpp"
+#include "reference/errors.hpp"
+
+namespace dsa {
+namespace {
+
+const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
+
+TEST(Case, EveryMalformedFileIsRefusedNamingItsField) {
+  std::ifstream list(kData + "malformed/expected_fields.txt");
+  ASSERT_TRUE(list.good());
+  std::string file, field;
+  int n = 0;
+  while (list >> file >> field) {
+    ++n;
+    SCOPED_TRACE(file);
+    try {
+      load_case(kData + "malformed/" + file);
+      ADD_FAILURE() << file << " was accepted";
+    } catch (const InvalidInput& e) {
+      EXPECT_EQ(e.field, field) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(field + ": ", 0), 0u) << e.what();
+      EXPECT_FALSE(e.rule.empty());
+    }
+  }
+  EXPECT_GE(n, 15);
+  // Every malformed file is listed, so none is silently skipped.
+  int files = 0;
+  for (auto& f : std::filesystem::directory_iterator(kData + "malformed"))
+    files += f.path().extension() == ".json";
+  EXPECT_EQ(files, n);
+}
+
+TEST(Case, SyntaxErrorNamesTheByte) {
+  try {
+    case_from_json(nlohmann::json::parse("{}"));  // a valid JSON value but no schema
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(e.field, "schema");
+  }
+  try {
+    load_case(kData + "malformed/not_json.json");
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid JSON at byte 44"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Case, FullCaseParsesEveryField) {
+  Case c = load_case(kData + "valid_full.json");
+  const Problem& p = c.problem;
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(p.seqlens, (std::vector<int64_t>{5, 11}));
+  EXPECT_EQ(p.cp.size, 2);
+  EXPECT_EQ(p.cp.layout, Layout::zigzag);
+  EXPECT_EQ(p.cp.pad_multiple, 4);
+  EXPECT_EQ(p.dims.H, 2);
+  EXPECT_EQ(p.dims.C, 16);
+  EXPECT_EQ(p.dims.DI, 8);
+  EXPECT_EQ(p.topk, 4);
+  EXPECT_DOUBLE_EQ(p.softmax_scale, 0.2886751345948129);
+  EXPECT_EQ(p.loss, LossMode::sparse);
+  EXPECT_DOUBLE_EQ(p.coeff, 0.5);
+  EXPECT_EQ(p.pad_rows, PadRows::masked);
+  EXPECT_TRUE(c.init.score_ties && c.init.zero_rows && c.init.huge_future_k_I && c.init.poison_pad_keys &&
+              c.init.inject_indices);
+  EXPECT_FALSE(c.init.large_logits);
+  EXPECT_EQ(c.stages, all_stages());
+  EXPECT_FALSE(c.note.empty());
+}
+
+TEST(Case, OmittedFieldsTakeDefaults) {
+  Case c = load_case(kData + "valid_minimal.json");
+  const Problem d;
+  EXPECT_EQ(c.problem.cp.size, 1);
+  EXPECT_EQ(c.problem.dims.C, d.dims.C);
+  EXPECT_EQ(c.problem.topk, d.topk);
+  EXPECT_EQ(c.problem.loss, d.loss);
+  EXPECT_EQ(c.init.distribution, "normal");
+  EXPECT_FALSE(c.init.inject_indices);
+  EXPECT_EQ(c.stages, all_stages());
+}
+
+TEST(Case, JsonRoundTripIsExact) {
+  Case c = load_case(kData + "valid_full.json");
+  c.problem.softmax_scale = 1.0 / std::sqrt(7.0);  // needs all 17 digits
+  c.seed = 0xFFFFFFFFFFFFFFFFull;
+  c.stages = {"attention", "loss"};
+  const auto path = std::filesystem::temp_directory_path() / "dsa_case_roundtrip.json";
+  save_case(c, path.string());
+  Case back = load_case(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_EQ(back.problem.softmax_scale, c.problem.softmax_scale);
+  EXPECT_EQ(back.seed, c.seed);
+  EXPECT_TRUE(back.checks("loss"));
+  EXPECT_FALSE(back.checks("indexer"));
+}
+
+TEST(Case, DescribeIsOneLineWithTheFeatures) {
+  Case c = load_case(kData + "valid_full.json");
+  const std::string d = describe(c);
+  EXPECT_EQ(d.find('\n'), std::string::npos);
+  for (const char* part : {"seqlens=5,11", "cp=2/zigzag/pad4", "H=2", "C=16", "K=4", "loss=sparse*0.5",
+                           "pad=masked", "ties", "zero-rows", "poison-pads", "inject"})
+    EXPECT_NE(d.find(part), std::string::npos) << part << " missing in " << d;
+  EXPECT_EQ(d.find("large-logits"), std::string::npos);
+}
+
+TEST(Case, LayoutRulesComeFromTheReference) {
+  auto j = to_json(load_case(kData + "valid_minimal.json"));
+  j["cp"] = {{"size", 3}, {"layout", "contiguous"}, {"pad_multiple", 5}};
+  EXPECT_NO_THROW(case_from_json(j));  // contiguous takes any cp and pad multiple
+  j["cp"]["layout"] = "zigzag";
+  try {
+    case_from_json(j);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(e.field, "cp.pad_multiple");
+  }
+  j["cp"]["pad_multiple"] = 12;
+  EXPECT_NO_THROW(case_from_json(j));
+}
+
+}  // namespace
+}  // namespace dsa
