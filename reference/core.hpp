@@ -22,6 +22,7 @@ struct RunOptions {
   int64_t kl_chunk_rows = 64;         // rows per chunk of the streaming KL
   int64_t max_score_elements = 1 << 22;  // scores are returned only when Tp² is at most this
   Plant plant = Plant::none;          // a planted bug (mutant backends only)
+  bool attention_backward = true;     // false: forward stages and the loss only (benchmarks)
 };
 
 // Global execution: one rank holding every row.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "reference/errors.hpp"
+#include "reference/layout.hpp"
 
 namespace dsa {
 
@@ -51,7 +52,8 @@ void validate(const Problem& p) {
   require(p.topk >= 1, "topk", "must be at least 1, got " + std::to_string(p.topk));
   require(std::isfinite(p.softmax_scale) && p.softmax_scale > 0, "softmax_scale", "must be finite and > 0");
   require(std::isfinite(p.coeff) && p.coeff >= 0, "loss.coeff", "must be finite and >= 0");
-  // Layout rules (lengths, cp, pad_multiple) live in make_layout, which validate calls.
+  // Layout rules (lengths, cp, pad_multiple) live in make_layout.
+  make_layout(p.seqlens, p.cp, p.pad_rows);
 }
 
 }  // namespace dsa

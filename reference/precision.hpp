@@ -1,0 +1,35 @@
+// Precision policies (SPEC.md §8). The core is written once over a policy: `Real` is the
+// arithmetic type and `bf()` marks each point where the bf16 policy rounds to bf16 (a kernel
+// boundary or a tensor-core operand). Under `exact` both are fp64 and bf() is the identity.
+//
+// Rounding points of the bf16 policy (the fused kernels round at the same places):
+//   Q~ (GEMM output); P as the operand of P·V; O_lat and O on output; dO_lat = W_UVᵀ·dO (GEMM
+//   output); dlogit as the operand of the dQ~ / dK~ products; dQ~ on output; du = dI·w·φ'(u) as
+//   the operand of the dq_I / dk_I products; every gradient on output. Logits, scores, softmax,
+//   lse, KL and the loss stay fp32; every sum accumulates in fp32.
+#pragma once
+
+#include <Eigen/Core>
+
+namespace dsa {
+
+inline float round_bf16(float x) { return static_cast<float>(Eigen::bfloat16(x)); }
+inline double round_bf16(double x) { return static_cast<double>(round_bf16(static_cast<float>(x))); }
+
+struct ExactPolicy {
+  using Real = double;
+  static double bf(double x) { return x; }
+};
+
+struct Bf16Policy {
+  using Real = float;
+  static float bf(float x) { return round_bf16(x); }
+};
+
+// Applies P::bf to every element of an Eigen expression's storage, in place.
+template <class P, class M>
+void bf_inplace(M&& m) {
+  m = m.unaryExpr([](typename P::Real x) { return P::bf(x); });
+}
+
+}  // namespace dsa
