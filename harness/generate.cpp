@@ -1,0 +1,290 @@
+// Deterministic inputs (SPEC.md §8) with the adversarial features of SPEC.md §3 and §10, the
+// injected attention indices, and the random case profiles.
+#include "harness/generate.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "harness/philox.hpp"
+#include "reference/errors.hpp"
+
+namespace dsa {
+
+namespace {
+
+using philox::Stream;
+
+// Standard deviation of each input before init.scale: weights ~ 1/sqrt(fan_in), so that
+// Q~ and K~ entries are O(1) and s·Q~·K~ = O(1) with s = 1/sqrt(Dn+R); the indexer score
+// Σ_h w·φ(q_I·k_I) is O(1) too. large_logits multiplies the queries and w by 16 (logits of tens
+// to about a hundred).
+double base_stddev(const std::string& n, const Case& c) {
+  const Dims& d = c.problem.dims;
+  const double act = c.init.scale, big = c.init.large_logits ? 16.0 : 1.0;
+  if (n == "q_nope" || n == "q_pe") return act * big;
+  if (n == "W_UK") return 1.0 / std::sqrt(double(d.Dn));
+  if (n == "W_UV") return 1.0 / std::sqrt(double(d.C));
+  if (n == "k_I") return act / std::sqrt(double(d.DI));
+  if (n == "w") return big / std::sqrt(double(d.HI));
+  return act;  // c, k_pe, q_I, dO
+}
+
+void fill(TensorD& t, const Stream& s, double stddev, bool uniform) {
+  const int64_t n = t.size();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const double z = uniform ? (2.0 * s.uniform(i) - 1.0) * std::sqrt(3.0) : s.normal(i);
+    t.data[i] = round_bf16(z * stddev);
+  }
+}
+
+void set_row(TensorD& t, int64_t r, double v) { std::fill(t.row(r), t.row(r) + t.row_size(), v); }
+
+// Exact score ties: w > 0, k_I >= 0, and some query rows with q_I <= 0 in every head, whose
+// ReLU scores are then exactly 0 on every key; plus k_I rows duplicated from the row before
+// (equal scores for every query, with or without ReLU).
+void apply_score_ties(Inputs& in, const Case& c) {
+  for (double& v : in.w.data) v = std::fabs(v);
+  for (double& v : in.k_I.data) v = std::fabs(v);
+  const Stream neg(c.seed, "score_ties/negative_q_I_row"), dup(c.seed, "score_ties/duplicate_k_I_row");
+  const int64_t tp = in.k_I.dim(0);
+  for (int64_t g = 0; g < tp; ++g)
+    if (neg.uniform(g) < 0.4)
+      for (double* v = in.q_I.row(g); v != in.q_I.row(g) + in.q_I.row_size(); ++v) *v = -std::fabs(*v);
+  for (int64_t t = 1; t < tp; ++t)
+    if (dup.uniform(t) < 0.3) std::copy(in.k_I.row(t - 1), in.k_I.row(t), in.k_I.row(t));
+}
+
+// u = q_I·k_I == 0 exactly, where φ'(0) matters: zero heads of q_I and zero rows of k_I (at least
+// one of each).
+void apply_zero_rows(Inputs& in, const Case& c) {
+  const Stream sq(c.seed, "zero_rows/q_I"), sk(c.seed, "zero_rows/k_I");
+  const int64_t tp = in.k_I.dim(0), hi = in.q_I.dim(1), di = in.q_I.dim(2);
+  for (int64_t g = 0; g < tp; ++g)
+    for (int64_t h = 0; h < hi; ++h)
+      if (sq.uniform(g * hi + h) < 0.15 || (g == tp - 1 && h == 0)) std::fill_n(&in.q_I.at(g, h, 0), di, 0.0);
+  for (int64_t t = 0; t < tp; ++t)
+    if (sk.uniform(t) < 0.15 || t == tp / 2) set_row(in.k_I, t, 0.0);
+}
+
+// Huge finite k_I values (|x| ~ 1e4) in rows no earlier query can see: each segment's last row
+// and its pad rows. Scores stay finite (no inf, no NaN) but dwarf every other score.
+void apply_huge_future_k_I(Inputs& in, const Case& c, const StreamLayout& L) {
+  const Stream s(c.seed, "huge_future_k_I");
+  const int64_t di = in.k_I.dim(1);
+  for (int64_t seg = 0; seg < L.segments(); ++seg)
+    for (int64_t t = L.cu[seg]; t < L.cu[seg + 1]; ++t)
+      if (!L.is_real(t) || t == L.cu[seg + 1] - 1)
+        for (int64_t d = 0; d < di; ++d) in.k_I.at(t, d) = round_bf16(1e4 * (s.normal(t * di + d) >= 0 ? 1 : -1) *
+                                                                      (1.0 + std::fabs(s.normal(t * di + d))));
+}
+
+// NaN in the key-side rows of pad rows: legal only under pad_rows=masked, where no query sees them.
+void apply_poison_pad_keys(Inputs& in, const StreamLayout& L) {
+  for (int64_t t = 0; t < L.tp; ++t)
+    if (!L.is_real(t)) {
+      set_row(in.c, t, NAN);
+      set_row(in.k_pe, t, NAN);
+      set_row(in.k_I, t, NAN);
+    }
+}
+
+StreamLayout layout_of(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
+
+}  // namespace
+
+Inputs generate_inputs(const Case& c) {
+  const Problem& p = c.problem;
+  const StreamLayout L = layout_of(p);
+  Inputs in = zero_inputs(p.dims, L.tp);
+  const bool uniform = c.init.distribution == "uniform";
+  in.for_each([&](const std::string& n, TensorD& t) { fill(t, Stream(c.seed, n), base_stddev(n, c), uniform); });
+  if (c.init.score_ties) apply_score_ties(in, c);
+  if (c.init.zero_rows) apply_zero_rows(in, c);
+  if (c.init.huge_future_k_I) apply_huge_future_k_I(in, c, L);
+  if (c.init.poison_pad_keys) {
+    require(p.pad_rows == PadRows::masked, "init.poison_pad_keys", "requires pad_rows \"masked\"");
+    apply_poison_pad_keys(in, L);
+  }
+  return in;
+}
+
+std::optional<TensorI> injected_indices(const Case& c) {
+  if (!c.init.inject_indices) return std::nullopt;
+  const StreamLayout L = layout_of(c.problem);
+  const int64_t tp = L.tp, kw = topk_width(c.problem.topk, tp);
+  const Stream s(c.seed, "inject_indices");
+  TensorI out({tp, kw});
+  std::vector<int32_t> vis;
+  for (int64_t g = 0; g < tp; ++g) {
+    uint64_t ctr = uint64_t(g) * uint64_t(3 * kw + 8);  // disjoint counters per row
+    auto draw = [&] { return s.uniform(ctr++); };
+    auto below = [&](int64_t n) { return int64_t(s.below(ctr++, uint64_t(n))); };
+    vis.clear();
+    for (int64_t t = L.key_begin(g); t < L.key_end(g); ++t) vis.push_back(int32_t(t));
+    const double kind = draw();
+    const int64_t invalid_prefix = kind < 0.15 ? kw : kind < 0.3 ? (kw + 1) / 2 : 0;  // none valid / first half invalid
+    size_t used = 0;
+    const int64_t seg_begin = L.key_begin(g);
+    for (int64_t k = 0; k < kw; ++k) {
+      int32_t& slot = out.at(g, k);
+      if (k >= invalid_prefix && used < vis.size() && draw() < 0.6) {
+        // A valid key not taken yet in this row (S(g) is a set): a lazy Fisher-Yates shuffle.
+        std::swap(vis[used], vis[used + below(int64_t(vis.size() - used))]);
+        slot = vis[used++];
+        continue;
+      }
+      switch (below(8)) {
+        case 0: slot = -1; break;
+        case 1: slot = INT32_MIN; break;
+        case 2: slot = int32_t(tp); break;
+        case 3: slot = int32_t(std::min<int64_t>(INT32_MAX, tp + 1 + below(1 << 20))); break;
+        case 4: slot = INT32_MAX; break;
+        case 5: slot = int32_t(-2 - below(1000)); break;
+        case 6: slot = g + 1 < tp ? int32_t(g + 1 + below(tp - g - 1)) : -1; break;                // future
+        default: slot = seg_begin > 0 ? int32_t(below(seg_begin)) : (g + 1 < tp ? int32_t(g + 1) : -1);  // other segment
+      }
+    }
+  }
+  return out;
+}
+
+// ---- random cases -----------------------------------------------------------------------------
+
+namespace {
+
+struct Draw {
+  Stream s;
+  uint64_t ctr;
+  double u() { return s.uniform(ctr++); }
+  bool chance(double p) { return u() < p; }
+  int64_t between(int64_t lo, int64_t hi) { return lo + int64_t(s.below(ctr++, uint64_t(hi - lo + 1))); }
+  template <class T>
+  T pick(const std::vector<T>& v) { return v[s.below(ctr++, v.size())]; }
+};
+
+struct Profile {
+  int64_t max_seqs, max_len, max_tp;
+  std::vector<int64_t> cp, H, Dn, R, C, Dv, HI, DI, K;
+  double adversarial;  // probability of each adversarial feature
+};
+
+const Profile& profile_spec(const std::string& name) {
+  static const Profile smoke{3, 20, 48, {1, 2, 3, 4, 8}, {1, 2, 3, 4}, {4, 8, 16}, {2, 4, 8}, {8, 16, 32},
+                             {4, 8, 16}, {1, 2, 4}, {4, 8, 16}, {1, 2, 3, 4, 8, 16, 64}, 0.35};
+  static const Profile def{5, 100, 384, {1, 2, 3, 4, 8}, {1, 2, 4, 8}, {8, 16, 32}, {4, 8, 16}, {16, 32, 64},
+                           {8, 16, 32}, {1, 2, 4, 8}, {8, 16, 32}, {1, 4, 8, 16, 32, 64, 128, 512}, 0.3};
+  static const Profile nightly{8, 400, 1536, {1, 2, 3, 4, 8}, {1, 2, 4, 8, 16}, {16, 32, 64}, {8, 16, 32, 64},
+                               {32, 64, 128, 256}, {16, 32, 64}, {1, 2, 4, 8, 16}, {16, 32, 64},
+                               {1, 16, 64, 256, 2048}, 0.6};
+  // Dims are overridden by a model's shape (DeepSeek-V3.2 or GLM-5).
+  static const Profile production{4, 3000, 4096, {1, 2, 4, 8}, {}, {}, {}, {}, {}, {}, {}, {2048}, 0.15};
+  if (name == "smoke") return smoke;
+  if (name == "default") return def;
+  if (name == "nightly") return nightly;
+  if (name == "production") return production;
+  std::string all;
+  for (auto& p : profiles()) all += (all.empty() ? "" : "|") + p;
+  throw InvalidInput("profile", "must be one of " + all + ", got '" + name + "'");
+}
+
+bool is_prime(int64_t n) {
+  if (n < 2) return false;
+  for (int64_t d = 2; d * d <= n; ++d)
+    if (n % d == 0) return false;
+  return true;
+}
+
+// One length from the traps of SPEC.md §10: 0, 1, primes, not divisible by 2·cp, shorter than K.
+int64_t draw_length(Draw& d, const Profile& pr, int64_t cp, int64_t k) {
+  const double r = d.u();
+  if (r < 0.08) return 0;
+  if (r < 0.16) return 1;
+  if (r < 0.32) {
+    int64_t n = d.between(2, std::max<int64_t>(2, pr.max_len));
+    while (!is_prime(n)) --n;
+    return n;
+  }
+  if (r < 0.46) return d.between(1, std::clamp<int64_t>(k - 1, 1, pr.max_len));
+  if (r < 0.60) {
+    const int64_t m = 2 * cp, hi = std::max<int64_t>(0, (pr.max_len - m) / m);
+    return d.between(0, hi) * m + d.between(1, m - 1);
+  }
+  return d.between(0, pr.max_len);
+}
+
+}  // namespace
+
+const std::vector<std::string>& profiles() {
+  static const std::vector<std::string> p = {"smoke", "default", "nightly", "production"};
+  return p;
+}
+
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index) {
+  const Profile& pr = profile_spec(profile);
+  Draw d{Stream(master_seed, "random_case/" + profile), uint64_t(index) << 12};
+  Case c;
+  Problem& p = c.problem;
+  const philox::Block sb = d.s.block(d.ctr++);
+  c.seed = (uint64_t{sb[0]} << 32) | sb[1];
+
+  Dims& dm = p.dims;
+  if (profile == "production") {
+    if (d.chance(0.5))
+      dm = {128, 128, 64, 512, 128, 64, 128};  // DeepSeek-V3.2
+    else
+      dm = {64, 192, 64, 512, 256, 32, 128};  // GLM-5
+  } else {
+    dm = {d.pick(pr.H), d.pick(pr.Dn), d.pick(pr.R), d.pick(pr.C), d.pick(pr.Dv), d.pick(pr.HI), d.pick(pr.DI)};
+  }
+  p.topk = d.pick(pr.K);
+  p.softmax_scale = 1.0 / std::sqrt(double(dm.Dn + dm.R));  // Megatron m²/sqrt(Dn+R), m = 1
+
+  p.cp.size = d.pick(pr.cp);
+  p.cp.layout = d.chance(0.5) ? Layout::zigzag : Layout::contiguous;
+  if (d.chance(0.2))
+    p.cp.pad_multiple = p.cp.layout == Layout::zigzag ? 2 * p.cp.size * d.between(1, 3) : d.between(2, 4);
+  p.pad_rows = d.chance(0.4) ? PadRows::masked : PadRows::attend;
+
+  const int64_t nseq = d.between(1, pr.max_seqs);
+  for (int64_t i = 0; i < nseq; ++i) p.seqlens.push_back(draw_length(d, pr, p.cp.size, p.topk));
+  // Keep the stream within the profile: halve the longest sequence until it fits.
+  for (;;) {
+    int64_t total = 0;
+    for (int64_t len : p.seqlens) total += len;
+    if (total == 0) p.seqlens.back() = 1;
+    const int64_t tp = make_layout(p.seqlens, p.cp, p.pad_rows).tp;
+    if (tp <= pr.max_tp) break;
+    auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
+    if (*longest <= 1) {  // padding alone exceeds the budget: fewer sequences, no extra padding
+      p.seqlens.resize(1);
+      p.cp.pad_multiple = 0;
+      continue;
+    }
+    *longest /= 2;
+  }
+
+  const double ls = d.u();
+  p.loss = ls < 0.15 ? LossMode::off : ls < 0.70 ? LossMode::sparse : LossMode::dense;
+  p.coeff = d.chance(0.7) ? 1.0 : double(d.between(1, 20)) / 10.0;
+  p.path = d.chance(0.3) ? Path::explicit_ : Path::absorbed;
+  p.relu = d.chance(0.85);
+
+  InitSpec& in = c.init;
+  in.distribution = d.chance(0.15) ? "uniform" : "normal";
+  in.scale = d.chance(0.9) ? 1.0 : d.pick(std::vector<double>{0.25, 4.0});
+  const double a = pr.adversarial;
+  in.score_ties = d.chance(a);
+  if (in.score_ties && d.chance(0.5)) dm.HI = 1;  // one indexer head: ties at 0 on whole rows
+  in.zero_rows = d.chance(a);
+  in.large_logits = d.chance(a / 2);
+  in.huge_future_k_I = d.chance(a / 2);
+  in.poison_pad_keys = p.pad_rows == PadRows::masked && d.chance(0.6);
+  in.inject_indices = d.chance(a);
+  c.note = "random_case profile=" + profile + " master_seed=" + std::to_string(master_seed) +
+           " index=" + std::to_string(index);
+  return c;
+}
+
+}  // namespace dsa
