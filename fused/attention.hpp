@@ -1,0 +1,59 @@
+// Sparse MLA attention (absorbed, SPEC.md §5–§6) on one rank's local query rows: key selection,
+// forward and backward on tensor cores. Device pointers; key-side tensors hold all Tp rows in
+// global order. Callable from host C++ (no kernel code here).
+#pragma once
+
+#include <cstdint>
+
+#include "fused/api.cuh"
+
+namespace dsa::fused {
+
+// S(g): the slots of indices[g, :] that are usable (0 ≤ t < Tp and key_begin(g) ≤ t < key_end(g)),
+// compacted in slot order into sel[g, 0:count[g]); the rest of sel[g, :] is −1. The attention never
+// trusts the indexer for causality: this is where −1, INT_MIN, ≥Tp and non-causal slots drop out.
+struct SelectArgs {
+  const int32_t* indices;  // [Tq, K]
+  RowRanges rows;
+  int Tq, Tp, K;
+  int32_t* sel;    // [Tq, K] out
+  int32_t* count;  // [Tq] out
+};
+void select_keys(const SelectArgs& a, cudaStream_t s);
+
+// O_lat[g,h] = Σ_{t∈S(g)} softmax(s·Q~[g,h]·K~[t]) · c[t];  lse natural log, −inf for empty S(g).
+struct AttnFwdArgs {
+  const bf16* Qt;      // [Tq, H, C+R]
+  const bf16* c;       // [Tp, C]
+  const bf16* k_pe;    // [Tp, R]
+  const int32_t* sel;  // [Tq, K] compacted (select_keys)
+  const int32_t* count;
+  int Tq, Tp, H, C, R, K;
+  float scale;
+  bf16* O_lat;  // [Tq, H, C] out
+  float* lse;   // [Tq, H] out
+};
+void attention_forward(const AttnFwdArgs& a, cudaStream_t s);
+
+// Δ[g,h] = Σ_c dO_lat[g,h,c]·O_lat[g,h,c] (bf16 operands, fp32 sum).
+void attention_delta(const bf16* dO_lat, const bf16* O_lat, float* delta, int64_t rows, int C, cudaStream_t s);
+
+// dQ~ (written bf16) and dK~ += (fp32, atomics over queries: dc part = s·dS·Q~_nope + P·dO_lat,
+// dk_pe part = s·dS·q_pe), P recomputed from lse.
+struct AttnBwdArgs {
+  const bf16* Qt;      // [Tq, H, C+R]
+  const bf16* c;       // [Tp, C]
+  const bf16* k_pe;    // [Tp, R]
+  const int32_t* sel;  // [Tq, K]
+  const int32_t* count;
+  const bf16* dO_lat;  // [Tq, H, C]
+  const float* lse;    // [Tq, H]
+  const float* delta;  // [Tq, H]
+  int Tq, Tp, H, C, R, K;
+  float scale;
+  bf16* dQt;  // [Tq, H, C+R] out
+  float* dK;  // [Tp, C+R] accumulated into (the caller zeroes it)
+};
+void attention_backward(const AttnBwdArgs& a, cudaStream_t s);
+
+}  // namespace dsa::fused

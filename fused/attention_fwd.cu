@@ -1,0 +1,219 @@
+// Sparse MLA attention forward (SPEC.md §5) on tensor cores.
+//
+// One CTA = one query row × a block of 64 heads (M) × up to 512 latent columns; it walks the row's
+// selected keys (select_keys) in tiles of 32 (N). All heads of a row share the same keys, so a key
+// tile is gathered once into shared memory and used by every head. 8 warps: warp (m, h) owns heads
+// 16m..16m+15; for QKᵀ it takes keys 16h..16h+15 of the tile (K-dim = C+R), for P·V it takes
+// latent columns 256h..256h+255 of all 32 keys. The two warps of a head slice share the running
+// row max through shared memory; each keeps its own partial row sum. Online softmax in fp32 in the
+// log2 domain (exp2 of logit·log2e), lse returned in natural log; P is rounded to bf16 for P·V.
+#include <cmath>
+
+#include "fused/attention.hpp"
+#include "fused/attention_mma.cuh"
+#include "fused/attention_tiles.cuh"
+#include "fused/cuda_check.hpp"
+
+namespace dsa::fused {
+
+namespace {
+
+constexpr int HB = 64;          // heads per CTA
+constexpr int BN = 32;          // keys per tile
+constexpr int CB = 512;         // latent columns per CTA (grid.z covers larger C)
+constexpr int NT_O = CB / 2 / 8;  // n8 tiles of O per warp
+constexpr int NTHREADS = 256;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct FwdSmem {
+  int Dpad, SD, SP;
+  size_t q, k0, k1, p, red, bytes;
+  __host__ __device__ explicit FwdSmem(int D) {
+    Dpad = (D + 15) / 16 * 16;
+    SD = Dpad + 8;  // +16 bytes per row: ldmatrix rows fall in distinct bank groups
+    SP = BN + 8;
+    q = 0;
+    k0 = q + (size_t)HB * SD * 2;
+    k1 = k0 + (size_t)BN * SD * 2;
+    p = k1 + (size_t)BN * SD * 2;
+    red = p + (size_t)HB * SP * 2;
+    bytes = red + 2 * 2 * HB * sizeof(float);
+  }
+};
+
+__global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int D = a.C + a.R;
+  const FwdSmem L(D);
+  bf16* sQ = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* sK[2] = {reinterpret_cast<bf16*>(smem + L.k0), reinterpret_cast<bf16*>(smem + L.k1)};
+  bf16* sP = reinterpret_cast<bf16*>(smem + L.p);
+  float* sMax = reinterpret_cast<float*>(smem + L.red);  // [2][HB]
+  float* sSum = sMax + 2 * HB;                           // [2][HB]
+
+  const int row = blockIdx.x, h0 = blockIdx.y * HB, c0 = blockIdx.z * CB;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ms = warp & 3, kh = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int SD = L.SD, SP = L.SP, Dpad = L.Dpad;
+  const int cnt = a.count[row];
+  const int32_t* sel = a.sel + (int64_t)row * a.K;
+  const bool kvec = (a.C % 8 == 0) && (a.R % 8 == 0);
+  const bool qvec = (D % 8 == 0);
+  const int ntiles = (cnt + BN - 1) / BN;
+  const float sl2 = a.scale * kLog2e;
+
+  tiles::load_rows<NTHREADS>(sQ, SD, HB, min(HB, a.H - h0), a.Qt + ((int64_t)row * a.H + h0) * D, D, D, Dpad, qvec);
+  if (ntiles > 0) tiles::load_keys<NTHREADS>(sK[0], SD, BN, sel, 0, cnt, a.c, a.k_pe, a.C, a.R, Dpad, kvec);
+  mma::cp_async_commit();
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int i = 0; i < NT_O; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+  const int r0 = ms * 16 + g;  // this lane's rows r0 and r0 + 8 of the head block
+
+  for (int j = 0; j < ntiles; ++j) {
+    mma::cp_async_wait_all();
+    __syncthreads();  // tile j visible; every warp is done with tile j−1 (its buffer and sP)
+    if (j + 1 < ntiles)
+      tiles::load_keys<NTHREADS>(sK[(j + 1) & 1], SD, BN, sel, (j + 1) * BN, cnt, a.c, a.k_pe, a.C, a.R, Dpad, kvec);
+    mma::cp_async_commit();
+    const bf16* K = sK[j & 1];
+
+    // S = Q·K̃ᵀ for heads 16ms.., keys 16kh.. of the tile.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const bf16* qa = sQ + (ms * 16 + mma::a_row(lane)) * SD + mma::a_col(lane);
+    const bf16* kb = K + (kh * 16 + mma::bnk_row(lane)) * SD + mma::bnk_col(lane);
+    for (int kk = 0; kk < Dpad; kk += 16) {
+      uint32_t af[4], bfr[4];
+      mma::ldmatrix_x4(af, qa + kk);
+      mma::ldmatrix_x4(bfr, kb + kk);
+      mma::mma_bf16(s[0], af, bfr[0], bfr[1]);
+      mma::mma_bf16(s[1], af, bfr[2], bfr[3]);
+    }
+    // Scale into the log2 domain; slots past the count are masked by selection (−inf).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int slot = j * BN + kh * 16 + nt * 8 + 2 * t4 + (e & 1);
+        s[nt][e] = slot < cnt ? s[nt][e] * sl2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    if (t4 == 0) {
+      sMax[kh * HB + r0] = mx[0];
+      sMax[kh * HB + r0 + 8] = mx[1];
+    }
+    __syncthreads();
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mt = fmaxf(sMax[r0 + 8 * r], sMax[HB + r0 + 8 * r]);
+      const float mn = fmaxf(m_run[r], mt);
+      m_use[r] = mn == -INFINITY ? 0.f : mn;  // no exp(−inf − −inf) on a row without a usable key yet
+      alpha[r] = exp2f(m_run[r] - m_use[r]);
+      m_run[r] = mn;
+      l_part[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        l_part[e >> 1] += p[e];
+      }
+      const int col = kh * 16 + nt * 8 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(sP + r0 * SP + col) = mma::pack_bf16(p[0], p[1]);
+      *reinterpret_cast<uint32_t*>(sP + (r0 + 8) * SP + col) = mma::pack_bf16(p[2], p[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+    __syncthreads();  // P of both key halves in sP
+
+    // O += P·V for latent columns c0 + 256kh ...
+    const int cw = c0 + kh * (CB / 2);
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      uint32_t af[4];
+      mma::ldmatrix_x4(af, sP + (ms * 16 + mma::a_row(lane)) * SP + ks * 16 + mma::a_col(lane));
+      const bf16* vb = K + (ks * 16 + mma::bkn_row(lane)) * SD + mma::bkn_col(lane);
+#pragma unroll
+      for (int np = 0; np < NT_O / 2; ++np) {
+        const int col0 = cw + np * 16;
+        if (col0 < a.C) {
+          uint32_t bfr[4];
+          mma::ldmatrix_x4_trans(bfr, vb + col0);
+          mma::mma_bf16(o[2 * np], af, bfr[0], bfr[1]);
+          mma::mma_bf16(o[2 * np + 1], af, bfr[2], bfr[3]);
+        }
+      }
+    }
+  }
+
+  // Row sums: 4 lanes of a group, then the two key halves.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
+    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
+  }
+  if (t4 == 0) {
+    sSum[kh * HB + r0] = l_part[0];
+    sSum[kh * HB + r0 + 8] = l_part[1];
+  }
+  __syncthreads();
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    const int h = h0 + r0 + 8 * r;
+    if (kh == 0 && t4 == 0 && blockIdx.z == 0 && h < a.H)
+      a.lse[(int64_t)row * a.H + h] = cnt == 0 || !(l > 0.f) ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;
+  }
+  const int cw = c0 + kh * (CB / 2);
+#pragma unroll
+  for (int i = 0; i < NT_O; ++i) {
+    const int col = cw + i * 8 + 2 * t4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = h0 + r0 + 8 * r;
+      if (h >= a.H) continue;
+      bf16* dst = a.O_lat + ((int64_t)row * a.H + h) * a.C;
+      const float v0 = o[i][2 * r] * inv[r], v1 = o[i][2 * r + 1] * inv[r];
+      if (col + 1 < a.C && (a.C & 1) == 0) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + col) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        if (col < a.C) dst[col] = __float2bfloat16(v0);
+        if (col + 1 < a.C) dst[col + 1] = __float2bfloat16(v1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttnFwdArgs& a, cudaStream_t s) {
+  if (a.Tq <= 0 || a.H <= 0) return;
+  const FwdSmem L(a.C + a.R);
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)L.bytes));
+  dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + CB - 1) / CB);
+  attention_forward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsa::fused

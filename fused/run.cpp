@@ -1,0 +1,441 @@
+// run_fused: per CP rank (one host thread each) upload → all-gather keys → indexer + top-k →
+// key selection → Q~ projection → attention forward → O projection → indexer loss → attention
+// backward → reduce-scatter key gradients, all-reduce weight gradients and the loss → copy back.
+#include "fused/run.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "fused/api.cuh"
+#include "fused/attention.hpp"
+#include "fused/comm/comm.hpp"
+#include "fused/cuda_check.hpp"
+#include "fused/device.cuh"
+#include "fused/projections.hpp"
+#include "fused/rows.hpp"
+#include "reference/errors.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa::fused {
+
+CommKind parse_comm(const std::string& s, const std::string& field) {
+  if (s == "auto") return CommKind::auto_;
+  if (s == "nccl") return CommKind::nccl;
+  if (s == "local") return CommKind::local;
+  throw InvalidInput(field, "must be one of auto, nccl, local; got '" + s + "'");
+}
+
+const char* name(CommKind k) {
+  switch (k) {
+    case CommKind::auto_: return "auto";
+    case CommKind::nccl: return "nccl";
+    case CommKind::local: return "local";
+  }
+  return "?";
+}
+
+CommKind resolve_comm(CommKind k, int64_t cp) {
+  if (k != CommKind::auto_) return k;
+  return nccl_available() && device_count() >= cp ? CommKind::nccl : CommKind::local;
+}
+
+namespace {
+
+// ---- host-side bf16 (round to nearest even; inputs are already bf16 values, so exact) ----
+uint16_t to_bf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+double from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// An fp32 value rounded to bf16 (SPEC.md §8: gradients are written bf16 at the very end).
+double round_bf16(float f) { return from_bf16(to_bf16(f)); }
+
+template <class T>
+class DBuf {
+ public:
+  explicit DBuf(size_t n = 0) : n_(n) {
+    if (n) DSA_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+  }
+  ~DBuf() {
+    if (p_) cudaFree(p_);
+  }
+  DBuf(const DBuf&) = delete;
+  DBuf& operator=(const DBuf&) = delete;
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+  // Poison: 0xFF bytes are NaN in bf16 and fp32, so an output never written is caught.
+  void poison(cudaStream_t s, int byte = 0xFF) {
+    if (n_) DSA_CUDA_CHECK(cudaMemsetAsync(p_, byte, n_ * sizeof(T), s));
+  }
+  void zero(cudaStream_t s) { poison(s, 0); }
+  void upload(const std::vector<T>& h, cudaStream_t s) {
+    if (h.size() != n_) throw std::logic_error("run_fused: upload size mismatch");
+    if (n_) DSA_CUDA_CHECK(cudaMemcpyAsync(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s));
+  }
+  std::vector<T> download(cudaStream_t s) const {
+    std::vector<T> h(n_);
+    if (n_) DSA_CUDA_CHECK(cudaMemcpyAsync(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s));
+    DSA_CUDA_CHECK(cudaStreamSynchronize(s));
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order.
+std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& rows) {
+  const int64_t w = t.row_size();
+  std::vector<uint16_t> out(rows.size() * w);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t e = 0; e < w; ++e) out[i * w + e] = to_bf16(t.row(rows[i])[e]);
+  return out;
+}
+std::vector<uint16_t> all_bf16(const TensorD& t) {
+  std::vector<uint16_t> out(t.size());
+  for (int64_t i = 0; i < t.size(); ++i) out[i] = to_bf16(t.data[i]);
+  return out;
+}
+
+// One rank's outputs, local rows in local order, as they came off the device.
+struct RankOut {
+  std::vector<int32_t> topk;
+  std::vector<float> scores, lse, kl, dq_I, dw, dc, dk_pe, dk_I, dW_UK, dW_UV;
+  std::vector<uint16_t> O, O_lat, dq_nope, dq_pe;
+  float loss = 0;
+};
+
+struct Shared {
+  const Problem& p;
+  const Inputs& in;
+  const FusedOptions& opt;
+  const StreamLayout& L;
+  int64_t Kp;        // indexer width K' = min(K, Tp)
+  int64_t Ka;        // attention index width
+  bool scores;
+};
+
+constexpr int64_t kGuardRows = 64;  // NaN rows before and after every key buffer
+
+#if DSA_PLANT_zigzag_chunk_swap
+// The planted bug: a zigzag rank lays out its two chunks of each segment in swapped order when it
+// contributes its key rows to the all-gather (the restore still assumes the right order).
+std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) {
+  if (L.kind != Layout::zigzag) return L.rank_rows[r];
+  std::vector<int64_t> rows;
+  for (int64_t s = 0; s < L.segments(); ++s) {
+    const int64_t h = (L.cu[s + 1] - L.cu[s]) / (2 * L.cp);
+    for (int64_t chunk : {2 * L.cp - 1 - r, r})
+      for (int64_t i = 0; i < h; ++i) rows.push_back(L.cu[s] + chunk * h + i);
+  }
+  return rows;
+}
+#else
+std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) { return L.rank_rows[r]; }
+#endif
+
+void run_rank(const Shared& S, DeviceComm& comm, RankOut& out) {
+  const Problem& p = S.p;
+  const Inputs& in = S.in;
+  const StreamLayout& L = S.L;
+  const Dims& d = p.dims;
+  const int r = comm.rank();
+  DSA_CUDA_CHECK(cudaSetDevice(comm.device()));
+  cudaStream_t st;
+  DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } sg{st};
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+  struct BlasGuard {
+    cublasHandle_t b;
+    ~BlasGuard() { cublasDestroy(b); }
+  } bg{blas};
+
+  const auto& rows = L.rank_rows[r];
+  const int64_t Tq = static_cast<int64_t>(rows.size()), Tp = L.tp;
+  const int64_t H = d.H, Dn = d.Dn, R = d.R, C = d.C, Dv = d.Dv, HI = d.HI, DI = d.DI, D = C + R;
+  const int64_t Kp = S.Kp, Ka = S.Ka;
+
+  // ---- inputs of this rank ----
+  auto up = [&](DBuf<uint16_t>& b, const std::vector<uint16_t>& h) { b.upload(h, st); };
+  DBuf<uint16_t> q_nope(Tq * H * Dn), q_pe(Tq * H * R), q_I(Tq * HI * DI), w(Tq * HI), dO(Tq * H * Dv);
+  DBuf<uint16_t> W_UK(H * Dn * C), W_UV(H * Dv * C);
+  up(q_nope, rows_bf16(in.q_nope, rows));
+  up(q_pe, rows_bf16(in.q_pe, rows));
+  up(q_I, rows_bf16(in.q_I, rows));
+  up(w, rows_bf16(in.w, rows));
+  up(dO, rows_bf16(in.dO, rows));
+  up(W_UK, all_bf16(in.W_UK));
+  up(W_UV, all_bf16(in.W_UV));
+  const auto krows = key_upload_rows(L, r);
+  DBuf<uint16_t> c_own(Tq * C), kpe_own(Tq * R), kI_own(Tq * DI);
+  up(c_own, rows_bf16(in.c, krows));
+  up(kpe_own, rows_bf16(in.k_pe, krows));
+  up(kI_own, rows_bf16(in.k_I, krows));
+
+  std::vector<int32_t> h_row(Tq), h_kb(Tq), h_ke(Tq);
+  std::vector<uint8_t> h_counted(Tq);
+  for (int64_t i = 0; i < Tq; ++i) {
+    const int64_t g = rows[i];
+    h_row[i] = (int32_t)g;
+    h_kb[i] = (int32_t)L.key_begin(g);
+    h_ke[i] = (int32_t)L.key_end(g);
+    h_counted[i] = L.active(g) ? 1 : 0;
+  }
+  DBuf<int32_t> row_g(Tq), kbeg(Tq), kend(Tq);
+  DBuf<uint8_t> counted(Tq);
+  row_g.upload(h_row, st);
+  kbeg.upload(h_kb, st);
+  kend.upload(h_ke, st);
+  counted.upload(h_counted, st);
+  const RowRanges ranges{row_g.get(), kbeg.get(), kend.get()};
+
+  // Gathered order → global order: global row g sits at gathered position inv[g].
+  const auto order = L.gathered_order();
+  std::vector<int32_t> h_inv(Tp), h_order(Tp);
+  for (int64_t i = 0; i < Tp; ++i) {
+    h_inv[order[i]] = (int32_t)i;
+    h_order[i] = (int32_t)order[i];
+  }
+  DBuf<int32_t> inv(Tp), ord(Tp);
+  inv.upload(h_inv, st);
+  ord.upload(h_order, st);
+
+  // ---- all-gather the keys, restore global order; NaN guard rows around every key buffer ----
+  auto gather_keys = [&](const DBuf<uint16_t>& own, int64_t width, DBuf<uint16_t>& glob) {
+    DBuf<uint16_t> gathered(Tp * width);
+    comm.allgather(own.get(), gathered.get(), Tq * width * 2, st);
+    glob.poison(st);
+    gather_rows(glob.get() + kGuardRows * width, gathered.get(), inv.get(), Tp, width * 2, st);
+    DSA_CUDA_CHECK(cudaStreamSynchronize(st));
+  };
+  DBuf<uint16_t> c_g((Tp + 2 * kGuardRows) * C), kpe_g((Tp + 2 * kGuardRows) * R),
+      kI_g((Tp + 2 * kGuardRows) * DI);
+  gather_keys(c_own, C, c_g);
+  gather_keys(kpe_own, R, kpe_g);
+  gather_keys(kI_own, DI, kI_g);
+  const bf16* c_p = reinterpret_cast<const bf16*>(c_g.get() + kGuardRows * C);
+  const bf16* kpe_p = reinterpret_cast<const bf16*>(kpe_g.get() + kGuardRows * R);
+  const bf16* kI_p = reinterpret_cast<const bf16*>(kI_g.get() + kGuardRows * DI);
+  auto B = [](const DBuf<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); };
+
+  // ---- outputs, poisoned ----
+  DBuf<int32_t> topk(Tq * Kp);
+  DBuf<float> scores(S.scores ? Tq * Tp : 0);
+  DBuf<uint16_t> Qt(Tq * H * D), O_lat(Tq * H * C), O(Tq * H * Dv), dO_lat(Tq * H * C), dQt(Tq * H * D),
+      dq_nope(Tq * H * Dn), dq_pe(Tq * H * R);
+  DBuf<float> lse(Tq * H), delta(Tq * H), kl(Tq), dq_I(Tq * HI * DI), dk_I(Tp * DI), dw(Tq * HI), dK(Tp * D),
+      dW_UK(H * Dn * C), dW_UV(H * Dv * C), loss(1);
+  topk.poison(st, 0x7F);  // 0x7F7F7F7F: an out-of-range index, never a legal −1
+  for (auto* b : {&scores, &lse, &kl, &dq_I, &dk_I, &dw, &dW_UK, &dW_UV, &loss}) b->poison(st);
+  for (auto* b : {&O_lat, &O, &dQt, &dq_nope, &dq_pe}) b->poison(st);
+
+  // ---- indexer + top-k (k1's kernels) ----
+  IndexerArgs ia{B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)HI, (int)DI, (int)Kp, p.relu, topk.get(),
+                 S.scores ? scores.get() : nullptr};
+  indexer_topk(ia, st);
+
+  // ---- the attention's indices and S(g) ----
+  DBuf<int32_t> injected(S.opt.attention_indices ? Tq * Ka : 0);
+  const int32_t* att_idx = topk.get();
+  if (S.opt.attention_indices) {
+    const TensorI& ai = *S.opt.attention_indices;
+    std::vector<int32_t> h(Tq * Ka);
+    for (int64_t i = 0; i < Tq; ++i) std::memcpy(&h[i * Ka], ai.row(rows[i]), Ka * sizeof(int32_t));
+    injected.upload(h, st);
+    att_idx = injected.get();
+  }
+  DBuf<int32_t> sel(Tq * Ka), count(Tq);
+  select_keys(SelectArgs{att_idx, ranges, (int)Tq, (int)Tp, (int)Ka, sel.get(), count.get()}, st);
+
+  // ---- forward ----
+  const ProjDims pd{(int)Tq, (int)H, (int)Dn, (int)R, (int)C, (int)Dv};
+  const float scale = static_cast<float>(p.softmax_scale);
+  absorb_query(blas, pd, B(q_nope), B(q_pe), B(W_UK), B(Qt), st);
+  attention_forward(AttnFwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), (int)Tq, (int)Tp, (int)H, (int)C, (int)R,
+                                (int)Ka, scale, B(O_lat), lse.get()},
+                    st);
+  output_projection(blas, pd, B(O_lat), B(W_UV), B(O), st);
+
+  // ---- indexer loss (k1's kernels), N = global counted rows ----
+  const double N = std::max<int64_t>(1, L.counted_rows());
+  if (p.loss != LossMode::off) {
+    LossArgs la{B(Qt), c_p, kpe_p, lse.get(), sel.get(), B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)H,
+                (int)C, (int)R, (int)HI, (int)DI, (int)Ka, scale, p.relu, p.loss == LossMode::dense,
+                static_cast<float>(p.coeff / N), counted.get(), kl.get(), dq_I.get(), dk_I.get(), dw.get()};
+    indexer_loss(la, st);
+  } else {
+    for (auto* b : {&kl, &dq_I, &dk_I, &dw}) b->zero(st);
+  }
+
+  // ---- backward ----
+  grad_o_lat(blas, pd, B(dO), B(W_UV), B(dO_lat), st);
+  attention_delta(B(dO_lat), B(O_lat), delta.get(), Tq * H, (int)C, st);
+  dK.zero(st);
+  attention_backward(AttnBwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), B(dO_lat), lse.get(), delta.get(),
+                                 (int)Tq, (int)Tp, (int)H, (int)C, (int)R, (int)Ka, scale, B(dQt), dK.get()},
+                     st);
+  grad_query(blas, pd, B(dQt), B(W_UK), B(dq_nope), B(dq_pe), st);
+  grad_W_UK(blas, pd, B(q_nope), B(dQt), dW_UK.get(), st);
+  grad_W_UV(blas, pd, B(dO), B(O_lat), dW_UV.get(), st);
+
+  // ---- CP: key gradients reduce-scattered to their owners (gathered order), weights all-reduced ----
+  auto scatter_keys = [&](const DBuf<float>& full, int64_t width) {
+    DBuf<float> mine(Tq * width);
+#if DSA_PLANT_no_key_grad_reduce_scatter
+    gather_rows(mine.get(), full.get(), row_g.get(), Tq, width * 4, st);  // keeps only its own partial
+#else
+    DBuf<float> perm(Tp * width);
+    gather_rows(perm.get(), full.get(), ord.get(), Tp, width * 4, st);
+    comm.reduce_scatter(perm.get(), mine.get(), Tq * width, st);
+#endif
+    return mine.download(st);
+  };
+  const std::vector<float> dK_mine = scatter_keys(dK, D);
+  out.dk_I = scatter_keys(dk_I, DI);
+  comm.allreduce_sum(dW_UK.get(), dW_UK.size(), st);
+  comm.allreduce_sum(dW_UV.get(), dW_UV.size(), st);
+
+  // ---- copy back ----
+  out.topk = topk.download(st);
+  if (S.scores) out.scores = scores.download(st);
+  out.O = O.download(st);
+  out.O_lat = O_lat.download(st);
+  out.lse = lse.download(st);
+  out.kl = kl.download(st);
+  out.dq_I = dq_I.download(st);
+  out.dw = dw.download(st);
+  out.dq_nope = dq_nope.download(st);
+  out.dq_pe = dq_pe.download(st);
+  out.dW_UK = dW_UK.download(st);
+  out.dW_UV = dW_UV.download(st);
+  out.dc.resize(Tq * C);
+  out.dk_pe.resize(Tq * R);
+  for (int64_t i = 0; i < Tq; ++i) {
+    std::memcpy(&out.dc[i * C], &dK_mine[i * D], C * sizeof(float));
+    std::memcpy(&out.dk_pe[i * R], &dK_mine[i * D + C], R * sizeof(float));
+  }
+  // L = Σ_ranks coeff·Σ_{g on rank} KL[g] / N (the coeff/N is already in dI; KL rows are unscaled).
+  double part = 0;
+  for (float v : out.kl) part += v;
+  const float h_loss = static_cast<float>(p.coeff * part / N);
+  DSA_CUDA_CHECK(cudaMemcpyAsync(loss.get(), &h_loss, sizeof(float), cudaMemcpyHostToDevice, st));
+  comm.allreduce_sum(loss.get(), 1, st);
+  out.loss = loss.download(st)[0];
+}
+
+// Local rows of a rank into the global tensor t (row width w), converting each value.
+template <class V, class F>
+void place(TensorD& t, const std::vector<int64_t>& rows, const std::vector<V>& v, F conv) {
+  const int64_t w = t.row_size();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t e = 0; e < w; ++e) t.row(rows[i])[e] = conv(v[i * w + e]);
+}
+
+}  // namespace
+
+Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
+  validate(p);
+  if (p.path == Path::explicit_)
+    throw Unavailable("the fused cuda path implements the absorbed path only (path = explicit is not supported)");
+  if (device_count() == 0) throw Unavailable("cuda: no CUDA device");
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  check_shapes(in, p.dims, L.tp);
+  const Dims& d = p.dims;
+  const int64_t Tp = L.tp, Kp = topk_width(p.topk, Tp);
+  int64_t Ka = Kp;
+  if (opt.attention_indices) {
+    const TensorI& ai = *opt.attention_indices;
+    require(ai.shape.size() == 2 && ai.dim(0) == Tp && ai.dim(1) >= 1, "attention_indices",
+            "must have shape [Tp, K'] = [" + std::to_string(Tp) + ", K'], got " + shape_str(ai.shape));
+    Ka = ai.dim(1);
+  }
+  const bool scores = opt.want_scores && Tp * Tp <= opt.max_score_elements;
+  const Shared S{p, in, opt, L, Kp, Ka, scores};
+
+  const int cp = static_cast<int>(L.cp);
+  const CommKind kind = resolve_comm(opt.comm, cp);
+  std::unique_ptr<CommGroup> group = kind == CommKind::nccl ? make_nccl_group(cp) : make_local_group(cp, 0);
+  std::vector<RankOut> outs(cp);
+  std::vector<std::exception_ptr> errs(cp);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < cp; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        run_rank(S, group->comm(r), outs[r]);
+      } catch (...) {
+        errs[r] = std::current_exception();
+        group->comm(r).abort();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+
+  Result res;
+  const int64_t H = d.H, C = d.C, R = d.R;
+  res.topk = TensorI({Tp, Kp});
+  if (scores) res.scores = TensorD({Tp, Tp});
+  res.O = TensorD({Tp, H, d.Dv});
+  res.O_lat = TensorD({Tp, H, C});
+  res.lse = TensorD({Tp, H});
+  res.kl = TensorD({Tp});
+  res.loss = TensorD({1});
+  res.dq_nope = TensorD({Tp, H, d.Dn});
+  res.dq_pe = TensorD({Tp, H, R});
+  res.dW_UK = TensorD({H, d.Dn, C});
+  res.dW_UV = TensorD({H, d.Dv, C});
+  res.dc = TensorD({Tp, C});
+  res.dk_pe = TensorD({Tp, R});
+  res.dq_I = TensorD({Tp, d.HI, d.DI});
+  res.dk_I = TensorD({Tp, d.DI});
+  res.dw = TensorD({Tp, d.HI});
+  auto bf = [](uint16_t v) { return from_bf16(v); };
+  auto f32 = [](float v) { return static_cast<double>(v); };
+  auto f32_bf16 = [](float v) { return round_bf16(v); };
+  for (int r = 0; r < cp; ++r) {
+    const auto& rows = L.rank_rows[r];
+    const RankOut& o = outs[r];
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(res.topk.row(rows[i]), &o.topk[i * Kp], Kp * sizeof(int32_t));
+    if (scores) place(*res.scores, rows, o.scores, f32);
+    place(res.O, rows, o.O, bf);
+    place(res.O_lat, rows, o.O_lat, bf);
+    place(res.lse, rows, o.lse, f32);
+    place(res.kl, rows, o.kl, f32);
+    place(res.dq_nope, rows, o.dq_nope, bf);
+    place(res.dq_pe, rows, o.dq_pe, bf);
+    place(res.dc, rows, o.dc, f32_bf16);
+    place(res.dk_pe, rows, o.dk_pe, f32_bf16);
+    place(res.dq_I, rows, o.dq_I, f32_bf16);
+    place(res.dk_I, rows, o.dk_I, f32_bf16);
+    place(res.dw, rows, o.dw, f32_bf16);
+  }
+  for (int64_t i = 0; i < res.dW_UK.size(); ++i) res.dW_UK.data[i] = round_bf16(outs[0].dW_UK[i]);
+  for (int64_t i = 0; i < res.dW_UV.size(); ++i) res.dW_UV.data[i] = round_bf16(outs[0].dW_UV[i]);
+  res.loss.data[0] = outs[0].loss;
+  return res;
+}
+
+}  // namespace dsa::fused
