@@ -1,0 +1,215 @@
+#include "harness/compare.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "reference/topk.hpp"
+
+namespace dsa {
+
+const std::string& stage_of(const std::string& tensor) {
+  static const std::map<std::string, std::string> m = {
+      {"scores", "indexer"},          {"topk", "indexer"},
+      {"O", "attention"},             {"O_lat", "attention"},
+      {"lse", "attention"},           {"dq_nope", "attention_backward"},
+      {"dq_pe", "attention_backward"}, {"dW_UK", "attention_backward"},
+      {"dW_UV", "attention_backward"}, {"dc", "attention_backward"},
+      {"dk_pe", "attention_backward"}, {"kl", "loss"},
+      {"loss", "loss"},               {"dq_I", "loss_backward"},
+      {"dk_I", "loss_backward"},      {"dw", "loss_backward"}};
+  static const std::string unknown = "unknown";
+  auto it = m.find(tensor);
+  return it == m.end() ? unknown : it->second;
+}
+
+double alpha_of(const std::string& tensor) { return tensor.rfind("d", 0) == 0 ? 3.0 : 2.0; }
+
+namespace {
+
+// Tensors whose leading dimension is the global stream row (everything but the weight gradients
+// and the scalar loss).
+bool row_indexed(const std::string& name, const Shape& shape, const StreamLayout& L) {
+  if (name == "loss" || name.rfind("dW_", 0) == 0) return false;
+  return !shape.empty() && shape[0] == L.tp;
+}
+
+// The per-head tensors whose second index is a head (lse [Tp,H], dw [Tp,HI]); other 2-d row
+// tensors are [Tp, dim].
+bool second_index_is_head(const std::string& name, size_t rank) {
+  return rank >= 3 || name == "lse" || name == "dw";
+}
+
+}  // namespace
+
+Location locate(const std::string& name, const Shape& shape, int64_t flat, const StreamLayout& L) {
+  Location loc;
+  loc.index.assign(shape.size(), 0);
+  for (size_t k = shape.size(); k-- > 0;) {
+    loc.index[k] = shape[k] ? flat % shape[k] : 0;
+    flat = shape[k] ? flat / shape[k] : 0;
+  }
+  if (row_indexed(name, shape, L)) {
+    loc.g = loc.index[0];
+    auto [rank, local] = L.owner(loc.g);
+    loc.rank = rank;
+    loc.local = local;
+    loc.sequence = L.seg[loc.g];
+    loc.position = L.pos(loc.g);
+    if (shape.size() >= 2) {
+      if (name == "scores" || name == "topk")
+        loc.dim = loc.index[1];  // the key (scores) or the slot (topk)
+      else if (second_index_is_head(name, shape.size()))
+        loc.head = loc.index[1];
+      else
+        loc.dim = loc.index[1];
+    }
+    if (shape.size() >= 3) loc.dim = loc.index[2];
+  } else if (shape.size() >= 2) {  // dW_UK [H, Dn, C], dW_UV [H, Dv, C]
+    loc.head = loc.index[0];
+    loc.dim = loc.index[1];
+  }
+  return loc;
+}
+
+TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
+                           const TensorD& exact, const StreamLayout& L) {
+  TensorCheck r;
+  r.tensor = name;
+  r.stage = stage_of(name);
+  r.alpha = alpha_of(name);
+  if (fused.empty()) {
+    r.status = "not-checked";
+    r.detail = "not produced by the backend";
+    return r;
+  }
+  if (exact.empty()) {
+    r.status = "not-checked";
+    r.detail = "no exact value for this case";
+    return r;
+  }
+  auto fail = [&](const char* cls, std::string why, int64_t at) {
+    r.status = "fail";
+    r.failure = cls;
+    r.detail = std::move(why);
+    if (at >= 0) {
+      r.worst = locate(name, exact.shape, at, L);
+      r.worst_fused = fused.data[at];
+      r.worst_exact = exact.data[at];
+      r.worst_lowp = lowp.shape == exact.shape ? lowp.data[at] : std::nan("");
+    }
+  };
+  if (fused.shape != exact.shape) {
+    fail(kMismatch, "shape " + shape_str(fused.shape) + ", expected " + shape_str(exact.shape), -1);
+    return r;
+  }
+  const bool have_lowp = lowp.shape == exact.shape;
+  const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(name, exact.shape, L);
+  const int64_t per_row = pad_zero ? exact.row_size() : 0;
+
+  int64_t first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
+  double scale = 0, sq = 0, dot = 0, nf = 0, nx = 0;
+  for (int64_t i = 0; i < exact.size(); ++i) {
+    const double x = exact.data[i], f = fused.data[i];
+    if (pad_zero && !L.is_real(i / per_row) && std::isfinite(x) && f != 0 && first_pad < 0) first_pad = i;
+    if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
+    if (std::isinf(x)) {
+      if (f != x && first_inf < 0) first_inf = i;
+      continue;
+    }
+    if (std::isnan(f)) {
+      if (first_nan < 0) first_nan = i;
+      continue;
+    }
+    if (std::isinf(f)) {
+      if (first_inf < 0) first_inf = i;
+      continue;
+    }
+    ++r.compared;
+    scale = std::max(scale, std::abs(x));
+    const double err = std::abs(f - x);
+    if (worst < 0 || err > r.e_f) {
+      r.e_f = err;
+      worst = i;
+    }
+    if (have_lowp && std::isfinite(lowp.data[i])) r.e_l = std::max(r.e_l, std::abs(lowp.data[i] - x));
+    if (x != 0) r.max_rel = std::max(r.max_rel, err / std::abs(x));
+    sq += err * err;
+    dot += f * x;
+    nf += f * f;
+    nx += x * x;
+  }
+  r.floor = kFloorRel * scale;
+  r.rmse = r.compared ? std::sqrt(sq / r.compared) : 0;
+  r.cosine = (nf == 0 && nx == 0) ? 1.0 : (nf == 0 || nx == 0) ? 0.0 : dot / std::sqrt(nf * nx);
+  r.ratio = r.e_l > 0 ? r.e_f / r.e_l : (r.e_f > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  if (worst >= 0) {
+    r.worst = locate(name, exact.shape, worst, L);
+    r.worst_fused = fused.data[worst];
+    r.worst_exact = exact.data[worst];
+    r.worst_lowp = have_lowp ? lowp.data[worst] : std::nan("");
+  }
+
+  auto where = [&](int64_t i) {
+    Location loc = locate(name, exact.shape, i, L);
+    std::string s = "at " + name + shape_str(loc.index);
+    if (loc.g >= 0) s += " (g=" + std::to_string(loc.g) + " rank=" + std::to_string(loc.rank) + ")";
+    return s;
+  };
+  if (first_nan >= 0) {
+    fail(kNan, "NaN where the exact value is finite " + where(first_nan), first_nan);
+  } else if (first_inf >= 0) {
+    fail(kInfPattern, "infinities differ from the exact pattern " + where(first_inf) + ": " +
+                          std::to_string(fused.data[first_inf]) + " vs exact " + std::to_string(exact.data[first_inf]),
+         first_inf);
+  } else if (first_pad >= 0) {
+    fail(kMismatch, "masked pad row not exactly 0 " + where(first_pad), first_pad);
+  } else if (!(r.e_f <= r.alpha * r.e_l + r.floor)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "e_f %.3g > %g*e_l %.3g + floor %.3g ", r.e_f, r.alpha, r.e_l, r.floor);
+    fail(kMismatch, buf + where(worst), worst);
+  }
+  return r;
+}
+
+TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout& L, double delta,
+                         const std::function<ScoreRow(int64_t)>& exact_row) {
+  TensorCheck r;
+  r.tensor = "topk";
+  r.stage = stage_of("topk");
+  r.alpha = 2;
+  r.floor = delta;
+  if (fused.empty()) {
+    r.status = "not-checked";
+    r.detail = "not produced by the backend";
+    return r;
+  }
+  const Shape want = {L.tp, width};
+  if (fused.shape != want) {
+    r.status = "fail";
+    r.failure = kTopkNotEquivalent;
+    r.detail = "shape " + shape_str(fused.shape) + ", expected " + shape_str(want);
+    return r;
+  }
+  int64_t bad = 0;
+  for (int64_t g = 0; g < L.tp; ++g) {
+    const ScoreRow s = exact_row(g);
+    const TopkVerdict v = topk_equivalent(fused.row(g), width, s.scores.data(),
+                                          static_cast<int64_t>(s.scores.size()), s.key_begin, delta);
+    ++r.compared;
+    if (v.ok) continue;
+    if (bad++ == 0) {
+      r.worst = locate("topk", fused.shape, g * width, L);
+      r.detail = "row " + std::to_string(g) + ": " + v.why;
+    }
+  }
+  r.e_f = static_cast<double>(bad);  // rows that are not equivalent
+  if (bad) {
+    r.status = "fail";
+    r.failure = kTopkNotEquivalent;
+    r.detail = std::to_string(bad) + " of " + std::to_string(L.tp) + " rows not equivalent; first " + r.detail;
+  }
+  return r;
+}
+
+}  // namespace dsa

@@ -1,0 +1,89 @@
+// The one comparison routine of the harness (SPEC.md §9): every float tensor of every stage is
+// diffed against the exact oracle with the low-precision oracle setting the tolerance, and the
+// top-k against the exact scores (SPEC.md §4).
+//
+// Tolerance: pass iff e_f ≤ α·e_l + floor with e_f = max|X_f − X_exact|, e_l = max|X_lowp − X_exact|
+// over the compared (finite) elements, α = 2 for forward values and 3 for gradients.
+// floor = kFloorRel · max|X_exact|. e_l is 0 only where the bf16 policy happens to be exact on the
+// whole tensor (single-key rows, zero tensors, an fp32 scalar that rounded right); a kernel may
+// still differ there by fp32 accumulation order, a few fp32 ulps (2^-24 ≈ 6e-8) of the largest
+// element. 1e-6 relative covers ~16 such ulps yet is ~4000× below one bf16 ulp (2^-8), so it never
+// hides a real bug; it is relative (no absolute term) so tiny gradients (coeff/N) keep full power,
+// and a tensor that is exactly 0 must come back exactly 0.
+//
+// Unwritten outputs: poisoning is the backend's duty (the cuda and exec backends fill every output
+// with NaN before the run); here a NaN where the exact value is finite is failure class "nan".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference/layout.hpp"
+#include "reference/problem.hpp"
+#include "reference/result.hpp"
+
+namespace dsa {
+
+inline constexpr double kFloorRel = 1e-6;
+
+// Failure classes of a bucket (DESIGN.md).
+inline constexpr const char* kMismatch = "mismatch";
+inline constexpr const char* kNan = "nan";
+inline constexpr const char* kInfPattern = "inf-pattern";
+inline constexpr const char* kUnwritten = "unwritten";
+inline constexpr const char* kTopkNotEquivalent = "topk-not-equivalent";
+inline constexpr const char* kCrash = "crash";
+inline constexpr const char* kTimeout = "timeout";
+
+// Where an element lives: its multi-index, and for row-indexed tensors the global row g with its
+// owner (rank, local row), segment (sequence) and position. −1 where it does not apply.
+struct Location {
+  std::vector<int64_t> index;
+  int64_t g = -1, rank = -1, local = -1, sequence = -1, position = -1, head = -1, dim = -1;
+};
+
+struct TensorCheck {
+  std::string stage, tensor;
+  std::string status = "pass";  // pass | fail | not-checked
+  std::string failure;          // failure class when status == fail
+  std::string detail;           // one line: why it failed, or why it was not checked
+  double alpha = 0, floor = 0;
+  double e_f = 0, e_l = 0;      // max abs error of the backend and of the lowp oracle
+  double ratio = 0;             // e_f / e_l (+inf when e_l = 0 < e_f)
+  double max_rel = 0, cosine = 1, rmse = 0;
+  int64_t compared = 0;         // finite elements compared
+  std::optional<Location> worst;
+  double worst_fused = 0, worst_exact = 0, worst_lowp = 0;
+
+  bool failed() const { return status == "fail"; }
+};
+
+// The stage a tensor belongs to (case "stages"): indexer (scores, topk), attention (O, O_lat,
+// lse), attention_backward (dq_nope … dk_pe), loss (kl, loss), loss_backward (dq_I, dk_I, dw).
+const std::string& stage_of(const std::string& tensor);
+// α of SPEC.md §9: 3 for gradients, 2 for forward values.
+double alpha_of(const std::string& tensor);
+
+// Locates element `flat` of tensor `name` with shape `shape` (global row order) in the layout.
+Location locate(const std::string& name, const Shape& shape, int64_t flat, const StreamLayout& L);
+
+// Compares one float tensor. An empty `fused` is "not-checked". Under pad_rows=masked the pad rows
+// of row-indexed tensors must be exactly 0 (lse exactly −inf), else "mismatch".
+TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
+                           const TensorD& exact, const StreamLayout& L);
+
+// The exact indexer score of every visible key of row g, I[g, key_begin + i] (SPEC.md §3).
+struct ScoreRow {
+  int64_t key_begin = 0;
+  std::vector<double> scores;
+};
+
+// SPEC.md §4 equivalence of the backend's top-k ([Tp, K']) against the exact scores, δ = the score
+// tolerance. exact_row(g) gives the exact scores of row g's visible keys.
+TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout& L, double delta,
+                         const std::function<ScoreRow(int64_t)>& exact_row);
+
+}  // namespace dsa

@@ -1,0 +1,234 @@
+#include "harness/compare.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+namespace dsa {
+namespace {
+
+// SPEC.md §1 worked example: zigzag, cp = 2, L = [5, 11] -> Tp = 20; pad rows 5 6 7 19.
+StreamLayout worked_example(PadRows pad = PadRows::attend) {
+  CpSpec cp;
+  cp.size = 2;
+  return make_layout({5, 11}, cp, pad);
+}
+
+TensorD filled(Shape s, double base) {
+  TensorD t(std::move(s));
+  for (int64_t i = 0; i < t.size(); ++i) t.data[i] = base + std::sin(0.37 * static_cast<double>(i));
+  return t;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(Compare, IdenticalPassesWithZeroError) {
+  auto L = worked_example();
+  TensorD x = filled({20, 2, 3}, 0.5);
+  TensorCheck r = compare_tensor("O", x, x, x, L);
+  EXPECT_EQ(r.status, "pass");
+  EXPECT_EQ(r.e_f, 0);
+  EXPECT_EQ(r.compared, 120);
+  EXPECT_DOUBLE_EQ(r.cosine, 1.0);
+  EXPECT_EQ(r.stage, "attention");
+  EXPECT_EQ(r.alpha, 2);
+}
+
+TEST(Compare, ToleranceIsAlphaTimesLowpErrorForwardTwoGradientsThree) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 2, 3}, 0.0);
+  TensorD lowp = exact, fused = exact;
+  lowp.data[10] += 1e-2;            // e_l = 1e-2
+  fused.data[40] += 2.9e-2;         // e_f = 2.9e-2: within 3·e_l, beyond 2·e_l
+  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).failure, kMismatch);
+  EXPECT_EQ(compare_tensor("dq_nope", fused, lowp, exact, L).status, "pass");
+  fused.data[40] = exact.data[40] + 1.9e-2;
+  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).status, "pass");
+  TensorCheck r = compare_tensor("O", fused, lowp, exact, L);
+  EXPECT_NEAR(r.ratio, 1.9, 1e-9);
+  EXPECT_NEAR(r.e_l, 1e-2, 1e-12);
+}
+
+TEST(Compare, WorstElementIsLocatedInTheLayout) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 2, 3}, 0.0);
+  TensorD fused = exact;
+  // g = 17, head 1, dim 2: rank 0 owns 0 1 6 7 8 9 10 17 18 19, so local row 7; sequence 1, position 9.
+  fused.at(17, 1, 2) += 0.5;
+  TensorCheck r = compare_tensor("O", fused, exact, exact, L);
+  ASSERT_EQ(r.status, "fail");
+  EXPECT_EQ(r.failure, kMismatch);
+  ASSERT_TRUE(r.worst.has_value());
+  EXPECT_EQ(r.worst->g, 17);
+  EXPECT_EQ(r.worst->rank, 0);
+  EXPECT_EQ(r.worst->local, 7);
+  EXPECT_EQ(r.worst->sequence, 1);
+  EXPECT_EQ(r.worst->position, 9);
+  EXPECT_EQ(r.worst->head, 1);
+  EXPECT_EQ(r.worst->dim, 2);
+  EXPECT_NEAR(r.e_f, 0.5, 1e-12);
+  EXPECT_NEAR(r.worst_fused - r.worst_exact, 0.5, 1e-12);
+}
+
+TEST(Compare, LocatesKeyGradientsAndWeightGradients) {
+  auto L = worked_example();
+  Location k = locate("dc", {20, 16}, 3 * 16 + 5, L);  // g = 3: rank 1 (rows 2 3 4 5 ...), local 1
+  EXPECT_EQ(k.g, 3);
+  EXPECT_EQ(k.rank, 1);
+  EXPECT_EQ(k.local, 1);
+  EXPECT_EQ(k.head, -1);
+  EXPECT_EQ(k.dim, 5);
+  Location lse = locate("lse", {20, 4}, 19 * 4 + 3, L);
+  EXPECT_EQ(lse.head, 3);
+  EXPECT_EQ(lse.sequence, 1);
+  EXPECT_EQ(lse.position, 11);  // a pad row of the second sequence
+  Location w = locate("dW_UK", {20, 3, 7}, 1 * 21 + 2 * 7 + 6, L);  // H = 20 must not be read as rows
+  EXPECT_EQ(w.g, -1);
+  EXPECT_EQ(w.head, 1);
+  EXPECT_EQ(w.dim, 2);
+  EXPECT_EQ(w.index, (std::vector<int64_t>{1, 2, 6}));
+}
+
+TEST(Compare, NanWhereExactIsFiniteFails) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 4}, 1.0), fused = exact;
+  fused.at(6, 1) = std::nan("");
+  TensorCheck r = compare_tensor("lse", fused, exact, exact, L);
+  EXPECT_EQ(r.failure, kNan);
+  EXPECT_EQ(r.worst->g, 6);
+  EXPECT_EQ(r.worst->head, 1);
+}
+
+TEST(Compare, InfinitiesMustMatchExactly) {
+  auto L = worked_example(PadRows::masked);
+  TensorD exact = filled({20, 2}, 1.0);
+  for (int64_t g : {5, 6, 7, 19})
+    for (int64_t h = 0; h < 2; ++h) exact.at(g, h) = -kInf;  // masked pad rows: lse = −inf
+  TensorD fused = exact;
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).status, "pass");
+  fused.at(5, 1) = -1e30;  // finite where exact is −inf
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+  fused = exact;
+  fused.at(2, 0) = kInf;  // inf where exact is finite
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+  fused.at(2, 0) = exact.at(2, 0);
+  fused.at(5, 0) = kInf;  // the wrong sign
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+}
+
+TEST(Compare, MaskedPadRowsMustBeExactlyZeroEvenWithinTolerance) {
+  auto L = worked_example(PadRows::masked);
+  TensorD exact = filled({20, 3}, 0.0);
+  for (int64_t g : {5, 6, 7, 19})
+    for (int64_t d = 0; d < 3; ++d) exact.at(g, d) = 0;
+  TensorD lowp = exact, fused = exact;
+  lowp.at(0, 0) += 0.1;        // a large e_l: the tolerance would accept 1e-9 anywhere
+  fused.at(19, 2) = 1e-9;
+  TensorCheck r = compare_tensor("dc", fused, lowp, exact, L);
+  EXPECT_EQ(r.failure, kMismatch);
+  EXPECT_EQ(r.worst->g, 19);
+  // The same under attend is within tolerance.
+  EXPECT_EQ(compare_tensor("dc", fused, lowp, exact, worked_example(PadRows::attend)).status, "pass");
+}
+
+TEST(Compare, FloorIsRelativeToTheTensorScale) {
+  auto L = worked_example();
+  TensorD exact = filled({20}, 100.0), fused = exact;  // e_l = 0: only the floor remains
+  fused.data[3] += 1e-5;                               // 1e-7 of the scale (~101): within the floor
+  TensorCheck r = compare_tensor("kl", fused, exact, exact, L);
+  EXPECT_EQ(r.status, "pass");
+  EXPECT_NEAR(r.floor, kFloorRel * 100.99, 1e-6);
+  fused.data[3] += 1e-3;  // 1e-5 of the scale: a real difference
+  EXPECT_EQ(compare_tensor("kl", fused, exact, exact, L).failure, kMismatch);
+  // A tensor that is exactly zero must come back exactly zero (no absolute floor).
+  TensorD zero({20}, 0.0), tiny = zero;
+  tiny.data[0] = 1e-300;
+  EXPECT_EQ(compare_tensor("kl", tiny, zero, zero, L).failure, kMismatch);
+}
+
+TEST(Compare, MissingTensorIsNotCheckedNeverAPass) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 3}, 0.0);
+  TensorCheck r = compare_tensor("dk_I", TensorD{}, exact, exact, L);
+  EXPECT_EQ(r.status, "not-checked");
+  EXPECT_FALSE(r.failed());
+  EXPECT_EQ(r.stage, "loss_backward");
+}
+
+TEST(Compare, WrongShapeIsAMismatch) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 3}, 0.0), fused = filled({20, 4}, 0.0);
+  TensorCheck r = compare_tensor("dk_pe", fused, exact, exact, L);
+  EXPECT_EQ(r.failure, kMismatch);
+  EXPECT_NE(r.detail.find("shape"), std::string::npos);
+}
+
+TEST(Compare, CosineAndRmse) {
+  auto L = worked_example();
+  TensorD exact({20}, 0.0), fused({20}, 0.0);
+  exact.data[0] = 1;
+  fused.data[0] = 1;
+  fused.data[1] = 1;  // error 1 in one of 20 elements
+  TensorCheck r = compare_tensor("kl", fused, exact, exact, L);
+  EXPECT_NEAR(r.rmse, std::sqrt(1.0 / 20), 1e-12);
+  EXPECT_NEAR(r.cosine, 1 / std::sqrt(2.0), 1e-12);
+}
+
+// Top-k equivalence (SPEC.md §4) over a one-sequence stream of 6 rows, K' = 3.
+struct TopkFixture : ::testing::Test {
+  StreamLayout L = make_layout({6}, CpSpec{1, Layout::zigzag, 0});
+  // Row g sees keys 0..g; score of key t is 10 - t, except ties at keys 1 and 2 of every row.
+  ScoreRow row(int64_t g) const {
+    ScoreRow r;
+    r.key_begin = 0;
+    for (int64_t t = 0; t <= g; ++t) r.scores.push_back(t == 2 ? 9.0 : 10.0 - static_cast<double>(t));
+    return r;
+  }
+  TensorI canonical() const {
+    TensorI t({6, 3}, -1);
+    for (int64_t g = 0; g < 6; ++g)
+      for (int64_t i = 0; i < 3 && i <= g; ++i) t.at(g, i) = static_cast<int32_t>(i);
+    return t;
+  }
+  TensorCheck check(const TensorI& t, double delta = 0) const {
+    return compare_topk(t, 3, L, delta, [&](int64_t g) { return row(g); });
+  }
+};
+
+TEST_F(TopkFixture, CanonicalAndReorderedRowsAreEquivalent) {
+  EXPECT_EQ(check(canonical()).status, "pass");
+  TensorI t = canonical();
+  std::swap(t.at(5, 0), t.at(5, 2));  // slot order is free
+  t.at(1, 2) = t.at(1, 0);           // −1 slots anywhere
+  t.at(1, 0) = -1;
+  EXPECT_EQ(check(t).status, "pass");
+}
+
+TEST_F(TopkFixture, TieFlipAndDeltaAreAccepted) {
+  TensorI t = canonical();
+  t.at(5, 2) = 3;  // key 3 scores 7 < θ = 9: only within δ = 2
+  EXPECT_EQ(check(t, 0.5).failure, kTopkNotEquivalent);
+  EXPECT_EQ(check(t, 2.0).status, "pass");
+}
+
+TEST_F(TopkFixture, InvisibleRepeatedOrMissingKeysFail) {
+  TensorI t = canonical();
+  t.at(1, 2) = 4;  // row 1 cannot see key 4 (causal)
+  TensorCheck r = check(t, 100);
+  EXPECT_EQ(r.failure, kTopkNotEquivalent);
+  EXPECT_EQ(r.worst->g, 1);
+  EXPECT_NE(r.detail.find("row 1"), std::string::npos);
+  t = canonical();
+  t.at(4, 1) = 0;  // repeats key 0
+  EXPECT_EQ(check(t, 100).failure, kTopkNotEquivalent);
+  t = canonical();
+  t.at(4, 2) = -1;  // two keys where three are visible
+  EXPECT_EQ(check(t, 100).failure, kTopkNotEquivalent);
+  TensorI wide({6, 4}, -1);
+  EXPECT_EQ(check(wide).failure, kTopkNotEquivalent);
+  EXPECT_EQ(check(TensorI{}).status, "not-checked");
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,243 @@
+#include "harness/fuzz.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "harness/bucket.hpp"
+#include "harness/case.hpp"
+#include "harness/generate.hpp"
+#include "harness/report.hpp"
+#include "harness/run_case.hpp"
+#include "harness/shrink.hpp"
+#include "reference/errors.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa {
+
+namespace fs = std::filesystem;
+
+ProfileDefaults profile_defaults(const std::string& profile) {
+  if (profile == "smoke") return {32, 8};
+  if (profile == "default") return {300, 30};
+  if (profile == "nightly") return {5000, 120};
+  if (profile == "production") return {4, 300};
+  std::string all;
+  for (auto& p : profiles()) all += (all.empty() ? "" : "|") + p;
+  throw InvalidInput("--profile", "must be one of " + all + ", got '" + profile + "'");
+}
+
+std::string default_corpus() {
+  const fs::path p = fs::path(DSA_SOURCE_DIR) / "cases";
+  std::error_code ec;
+  return fs::is_directory(p, ec) ? p.string() : std::string();
+}
+
+std::vector<std::string> corpus_files(const std::string& dir, const std::string& field) {
+  std::error_code ec;
+  require(fs::exists(dir, ec), field, "'" + dir + "' does not exist");
+  if (!fs::is_directory(dir, ec)) return {dir};
+  std::vector<std::string> edge, regressions, rest;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator(); ++it) {
+    if (!it->is_regular_file() || it->path().extension() != ".json") continue;
+    const std::string rel = fs::relative(it->path(), dir).generic_string();
+    const std::string path = it->path().string();
+    if (rel.rfind("edge/", 0) == 0)
+      edge.push_back(path);
+    else if (rel.rfind("regressions/", 0) == 0)
+      regressions.push_back(path);
+    else
+      rest.push_back(path);
+  }
+  std::vector<std::string> out;
+  for (auto* v : {&edge, &regressions, &rest}) {
+    std::sort(v->begin(), v->end());
+    out.insert(out.end(), v->begin(), v->end());
+  }
+  return out;
+}
+
+std::string output_dir(const std::string& report) {
+  if (report.empty()) return "dsa-parity-out";
+  fs::path p(report);
+  return (p.parent_path() / (p.stem().string() + "-cases")).string();
+}
+
+namespace {
+
+bool is_mutant(const std::string& backend_name) { return backend_name.rfind("mutant:", 0) == 0; }
+
+Case load_case_file(const std::string& path) {
+  try {
+    return load_case(path);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(path + ": " + e.field, e.rule);
+  }
+}
+
+int64_t padded_rows(const Case& c) {
+  return make_layout(c.problem.seqlens, c.problem.cp, c.problem.pad_rows).tp;
+}
+
+// Where a shrunk case goes: the corpus's regressions/ for a real backend, the output folder for a
+// mutant (a planted bug is not a regression of real code).
+std::string shrunk_path(const std::string& regressions_dir, const std::string& out_dir, const std::string& backend,
+                        const std::string& bucket) {
+  const std::string stem = bucket_file_stem(bucket);
+  if (!regressions_dir.empty() && !is_mutant(backend)) return (fs::path(regressions_dir) / (stem + ".json")).string();
+  return (fs::path(out_dir) / ("shrunk-" + stem + ".json")).string();
+}
+
+ShrinkRecord shrink_and_save(const Case& c, const CaseVerdict& v, Backend& b, double budget_s,
+                             const std::string& path, const std::string& origin) {
+  ShrinkOptions so;
+  so.time_budget_s = budget_s;
+  ShrinkResult s = shrink_case(c, v, b, so);
+  Case out = s.shrunk;
+  out.note = "shrunk from " + origin + " (" + describe(c) + "); bucket " + s.verdict.bucket;
+  fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  save_case(out, path);
+  ShrinkRecord r;
+  r.shrunk = out;
+  r.bucket = s.verdict.bucket;
+  r.file = path;
+  r.runs = s.runs;
+  r.seconds = s.seconds;
+  r.tp = padded_rows(out);
+  return r;
+}
+
+}  // namespace
+
+int run_session(const SessionOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+
+  const ProfileDefaults defaults = profile_defaults(o.profile);
+  require(!(o.cases && o.time_budget_s), "--cases", "give either --cases or --time-budget, not both");
+  std::unique_ptr<Backend> backend = make_backend(o.backend, o.backend_opt);
+  const std::string bname = backend->name();
+  const std::string out_dir = output_dir(o.report);
+
+  RunContext ctx;
+  ctx.command = o.command;
+  ctx.arguments = o.arguments;
+  ctx.backend = bname;
+  ctx.profile = o.profile;
+  ctx.master_seed = o.seed;
+  ctx.started = utc_now();
+
+  std::optional<int64_t> random_cases;
+  if (o.random) random_cases = o.cases ? *o.cases : o.time_budget_s ? std::optional<int64_t>() : defaults.cases;
+  std::optional<int64_t> total;
+  if (!o.random || random_cases) total = static_cast<int64_t>(o.case_files.size()) + (random_cases ? *random_cases : 0);
+  Progress progress(o.progress, total, o.time_budget_s);
+
+  std::vector<CaseRecord> records;
+  std::set<std::string> shrunk_buckets;
+  int64_t failures = 0;
+
+  auto run_one = [&](const Case& c, const std::string& origin, const std::string& file) {
+    CaseRecord r;
+    r.index = static_cast<int64_t>(records.size());
+    r.origin = origin;
+    r.c = c;
+    r.case_file = file;
+    try {
+      r.v = run_case(c, *backend);
+    } catch (const InvalidInput& e) {
+      if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
+      r.v.verdict = "cannot-run";  // a generator bug: reported, never a pass
+      r.v.message = std::string("the generated case is invalid: ") + e.what();
+    }
+    if (r.v.failed()) {
+      ++failures;
+      if (r.case_file.empty()) {
+        r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
+        fs::create_directories(out_dir);
+        save_case(c, r.case_file);
+      }
+      r.repro = repro_command(r.case_file, bname);
+      progress.finish();
+      std::printf("FAIL %s\n  case %lld (%s): %s\n  %s\n  repro: %s\n", r.v.bucket.c_str(), (long long)r.index,
+                  origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro.c_str());
+      if (o.shrink && shrunk_buckets.insert(r.v.bucket).second) {
+        const std::string path = shrunk_path(o.regressions_dir, out_dir, bname, r.v.bucket);
+        r.shrunk = shrink_and_save(c, r.v, *backend, defaults.shrink_budget_s, path, r.case_file);
+        std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
+                    r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
+      }
+      std::fflush(stdout);
+    } else if (r.v.verdict != "pass") {
+      progress.finish();
+      std::printf("%s: case %lld (%s): %s\n  %s\n", r.v.verdict.c_str(), (long long)r.index, origin.c_str(),
+                  describe(c).c_str(), r.v.message.c_str());
+    }
+    if (o.verbose) std::printf("%s %s\n%s", r.v.verdict.c_str(), describe(c).c_str(), checks_table(r.v).c_str());
+    records.push_back(std::move(r));
+    progress.update(static_cast<int64_t>(records.size()), failures);
+  };
+
+  for (auto& file : o.case_files) run_one(load_case_file(file), file, file);
+  if (o.random) {
+    for (int64_t i = 0;; ++i) {
+      if (random_cases && i >= *random_cases) break;
+      if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
+      run_one(random_case(o.profile, o.seed, i), "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "");
+    }
+  }
+  progress.finish();
+
+  int64_t unrun = 0;
+  for (auto& r : records) unrun += r.v.verdict == "not-run" || r.v.verdict == "cannot-run";
+  ctx.exit_code = failures ? 1 : unrun ? 3 : 0;
+  ctx.seconds = elapsed();
+  std::printf("%s", summary_table(records, ctx.seconds).c_str());
+  if (!o.report.empty()) {
+    write_text_file(o.report, report_json(ctx, records).dump(1) + "\n");
+    std::printf("report: %s\n", o.report.c_str());
+  }
+  if (!o.junit.empty()) {
+    write_text_file(o.junit, junit_xml(ctx, records));
+    std::printf("junit: %s\n", o.junit.c_str());
+  }
+  std::fflush(stdout);
+  return ctx.exit_code;
+}
+
+int run_shrink(const std::string& file, const std::string& backend_spec, const BackendOptions& bopt,
+               const std::string& out, double budget_s) {
+  const Case c = load_case_file(file);
+  std::unique_ptr<Backend> backend = make_backend(backend_spec, bopt);
+  CaseVerdict v;
+  try {
+    v = run_case(c, *backend);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(file + ": " + e.field, e.rule);
+  }
+  if (v.verdict == "pass") {
+    std::printf("%s passes on %s: nothing to shrink\n", file.c_str(), backend->name().c_str());
+    return 0;
+  }
+  if (!v.failed()) {
+    std::printf("%s: %s on %s: %s\n", file.c_str(), v.verdict.c_str(), backend->name().c_str(), v.message.c_str());
+    return 3;
+  }
+  std::printf("FAIL %s\n  %s\n  %s\n", v.bucket.c_str(), describe(c).c_str(), v.message.c_str());
+  const std::string corpus = default_corpus();
+  const std::string path =
+      !out.empty() ? out
+                   : shrunk_path(corpus.empty() ? "cases/regressions" : corpus + "/regressions", output_dir(""),
+                                 backend->name(), v.bucket);
+  ShrinkRecord s = shrink_and_save(c, v, *backend, budget_s, path, file);
+  std::printf("shrunk in %lld runs (%.1f s): %s\n  bucket %s\n  wrote %s\n  repro: %s\n", (long long)s.runs, s.seconds,
+              describe(s.shrunk).c_str(), s.bucket.c_str(), s.file.c_str(),
+              repro_command(s.file, backend->name()).c_str());
+  return 1;
+}
+
+}  // namespace dsa
