@@ -1,0 +1,228 @@
+#include "harness/report.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "harness/bucket.hpp"
+
+namespace dsa {
+namespace {
+
+using nlohmann::json;
+
+// A validator for the subset of JSON Schema 2020-12 that report.schema.json uses: type, const, enum,
+// required, properties, additionalProperties: false, items, $ref (local), oneOf, minimum, minItems.
+// Returns the first violation as "path: rule", or "" when valid.
+struct MiniSchema {
+  json root;
+
+  const json& resolve(const json& s) const {
+    if (!s.contains("$ref")) return s;
+    std::string ref = s["$ref"];  // "#/$defs/name"
+    return root["$defs"][ref.substr(ref.rfind('/') + 1)];
+  }
+  static bool has_type(const json& v, const std::string& t) {
+    if (t == "object") return v.is_object();
+    if (t == "array") return v.is_array();
+    if (t == "string") return v.is_string();
+    if (t == "integer") return v.is_number_integer();
+    if (t == "number") return v.is_number();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "null") return v.is_null();
+    return false;
+  }
+  std::string check(const json& v, const json& schema, const std::string& path) const {
+    const json& s = resolve(schema);
+    if (s.contains("type")) {
+      bool ok = false;
+      if (s["type"].is_array())
+        for (auto& t : s["type"]) ok = ok || has_type(v, t);
+      else
+        ok = has_type(v, s["type"]);
+      if (!ok) return path + ": type " + s["type"].dump() + ", got " + v.dump().substr(0, 80);
+    }
+    if (s.contains("const") && v != s["const"]) return path + ": const " + s["const"].dump();
+    if (s.contains("enum")) {
+      bool ok = false;
+      for (auto& e : s["enum"]) ok = ok || v == e;
+      if (!ok) return path + ": enum " + s["enum"].dump() + ", got " + v.dump();
+    }
+    if (s.contains("minimum") && v.is_number() && v.get<double>() < s["minimum"].get<double>())
+      return path + ": minimum";
+    if (s.contains("oneOf")) {
+      int matches = 0;
+      for (auto& alt : s["oneOf"]) matches += check(v, alt, path).empty();
+      if (matches != 1) return path + ": oneOf matched " + std::to_string(matches);
+    }
+    if (v.is_object()) {
+      for (auto& r : s.value("required", json::array()))
+        if (!v.contains(r.get<std::string>())) return path + ": required " + r.get<std::string>();
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (s.contains("properties") && s["properties"].contains(it.key())) {
+          std::string e = check(it.value(), s["properties"][it.key()], path + "." + it.key());
+          if (!e.empty()) return e;
+        } else if (s.contains("additionalProperties") && s["additionalProperties"] == false) {
+          return path + "." + it.key() + ": additional property";
+        }
+      }
+    }
+    if (v.is_array() && s.contains("items"))
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string e = check(v[i], s["items"], path + "[" + std::to_string(i) + "]");
+        if (!e.empty()) return e;
+      }
+    return "";
+  }
+};
+
+MiniSchema report_schema() {
+  std::ifstream f(DSA_SOURCE_DIR "/reports/schema/report.schema.json");
+  EXPECT_TRUE(f.good());
+  return {json::parse(f)};
+}
+
+Case small_case() {
+  Case c;
+  c.seed = 3;
+  c.problem.seqlens = {5, 11};
+  c.problem.cp.size = 2;
+  c.init.score_ties = true;
+  return c;
+}
+
+std::vector<CaseRecord> sample_records() {
+  std::vector<CaseRecord> rs(4);
+  const StreamLayout L = make_layout({5, 11}, CpSpec{2, Layout::zigzag, 0});
+  TensorD exact({20, 2}, 1.0), fused = exact;
+  fused.at(17, 1) = 2.0;
+  exact.at(5, 0) = -std::numeric_limits<double>::infinity();
+  fused.at(5, 0) = exact.at(5, 0);
+
+  rs[0].index = 0;
+  rs[0].origin = "random";
+  rs[0].c = small_case();
+  rs[0].v.checks.push_back(compare_tensor("lse", exact, exact, exact, L));
+  rs[0].v.checks.push_back(compare_tensor("dq_I", TensorD{}, exact, exact, L));  // not checked
+
+  rs[1] = rs[0];
+  rs[1].index = 1;
+  rs[1].v.checks = {compare_tensor("lse", fused, exact, exact, L)};  // e_l = 0: ratio is infinite
+  rs[1].v.verdict = "fail";
+  rs[1].v.stage = "attention";
+  rs[1].v.tensor = "lse";
+  rs[1].v.failure = kMismatch;
+  rs[1].v.bucket = make_bucket("lowp", "attention", "lse", kMismatch, feature_tags(rs[1].c));
+  rs[1].v.message = "lse: <worse> & \"quoted\"";
+  rs[1].case_file = "out/case 1.json";
+  rs[1].repro = repro_command(rs[1].case_file, "lowp");
+  ShrinkRecord s;
+  s.shrunk = small_case();
+  s.shrunk.problem.seqlens = {3};
+  s.bucket = rs[1].v.bucket;
+  s.file = "out/shrunk.json";
+  s.runs = 12;
+  s.tp = 4;
+  rs[1].shrunk = s;
+
+  rs[2] = rs[1];
+  rs[2].index = 2;
+  rs[2].shrunk.reset();
+
+  rs[3].index = 3;
+  rs[3].origin = "cases/edge/x.json";
+  rs[3].c = small_case();
+  rs[3].v.verdict = "not-run";
+  rs[3].v.message = "the backend produced none of the checked tensors";
+  return rs;
+}
+
+TEST(Report, JsonMatchesTheSchema) {
+  RunContext ctx;
+  ctx.command = "fuzz";
+  ctx.arguments = {"fuzz", "--backend", "lowp"};
+  ctx.backend = "lowp";
+  ctx.profile = "smoke";
+  ctx.master_seed = 1;
+  ctx.started = utc_now();
+  ctx.exit_code = 1;
+  const json r = report_json(ctx, sample_records());
+  EXPECT_EQ(report_schema().check(r, report_schema().root, "report"), "");
+  EXPECT_EQ(r["schema"], kReportSchema);
+  EXPECT_EQ(r["summary"]["failed"], 2);
+  EXPECT_EQ(r["summary"]["passed"], 1);
+  EXPECT_EQ(r["summary"]["not_run"], 1);
+  ASSERT_EQ(r["summary"]["buckets"].size(), 1u);
+  EXPECT_EQ(r["summary"]["buckets"][0]["count"], 2);
+  EXPECT_EQ(r["summary"]["buckets"][0]["shrunk_file"], "out/shrunk.json");
+  EXPECT_TRUE(r["cases"][1]["tensors"][0]["ratio"].is_null());  // infinite ratio
+  EXPECT_EQ(r["cases"][1]["tensors"][0]["worst"]["g"], 17);
+  EXPECT_EQ(r["cases"][0]["not_checked"], json::array({"dq_I"}));
+  // The embedded case reproduces the case.
+  EXPECT_EQ(case_from_json(r["cases"][1]["case"]).problem.seqlens, (std::vector<int64_t>{5, 11}));
+}
+
+TEST(Report, SchemaValidatorRejectsABrokenReport) {
+  RunContext ctx;
+  ctx.command = "fuzz";
+  json r = report_json(ctx, sample_records());
+  MiniSchema s = report_schema();
+  json bad = r;
+  bad["cases"][0]["verdict"] = "ok";
+  EXPECT_NE(s.check(bad, s.root, "report"), "");
+  bad = r;
+  bad["summary"].erase("buckets");
+  EXPECT_NE(s.check(bad, s.root, "report"), "");
+  bad = r;
+  bad["cases"][1]["tensors"][0]["surprise"] = 1;
+  EXPECT_NE(s.check(bad, s.root, "report"), "");
+}
+
+TEST(Report, JunitListsEveryCaseAndEscapes) {
+  RunContext ctx;
+  ctx.command = "fuzz";
+  ctx.backend = "lowp";
+  const std::string x = junit_xml(ctx, sample_records());
+  EXPECT_NE(x.find("tests=\"4\" failures=\"2\""), std::string::npos);
+  size_t testcases = 0;
+  for (size_t p = x.find("<testcase"); p != std::string::npos; p = x.find("<testcase", p + 1)) ++testcases;
+  EXPECT_EQ(testcases, 4u);
+  EXPECT_NE(x.find("&lt;worse&gt; &amp; &quot;quoted&quot;"), std::string::npos);
+  EXPECT_EQ(x.find("<worse>"), std::string::npos);
+  EXPECT_NE(x.find("<skipped"), std::string::npos);
+}
+
+TEST(Report, SummaryTableGroupsByBucket) {
+  const std::string t = summary_table(sample_records(), 1.5);
+  EXPECT_NE(t.find("lowp/attention/lse/mismatch/cp+pad+ties"), std::string::npos);
+  EXPECT_NE(t.find("4 cases: 1 passed, 2 failed, 1 not run, 0 cannot run"), std::string::npos);
+  EXPECT_NE(t.find("repro: dsa-parity repro 'out/case 1.json' --backend lowp"), std::string::npos);
+}
+
+TEST(Report, ReproCommandIsShellQuoted) {
+  EXPECT_EQ(repro_command("a/b.json", "mutant:kl_reversed"), "dsa-parity repro a/b.json --backend mutant:kl_reversed");
+  EXPECT_EQ(repro_command("x.json", "exec:python3 k.py"), "dsa-parity repro x.json --backend 'exec:python3 k.py'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+}
+
+TEST(Bucket, TagsAndStableFileNames) {
+  Case c = small_case();  // cp 2, zigzag, L = [5, 11]: pad rows; ties; 5 < K = 8: short rows
+  EXPECT_EQ(feature_tags(c), (std::vector<std::string>{"cp", "pad", "ties", "short-rows"}));
+  c.problem.pad_rows = PadRows::masked;
+  c.problem.cp.layout = Layout::contiguous;
+  c.problem.seqlens = {8, 8};
+  c.init.score_ties = false;
+  EXPECT_EQ(feature_tags(c), (std::vector<std::string>{"cp", "contiguous"}));  // Tp = 16: no pad
+  const std::string b = make_bucket("exec:./k --x", "loss", "kl", kMismatch, {});
+  EXPECT_EQ(b, "exec:./k --x/loss/kl/mismatch/plain");
+  EXPECT_EQ(bucket_file_stem(b), "exec_..k_--x.loss.kl.mismatch.plain");
+  const std::string long_a = make_bucket(std::string(200, 'a') + "1", "loss", "kl", kMismatch, {});
+  const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", kMismatch, {});
+  EXPECT_LE(bucket_file_stem(long_a).size(), 120u);
+  EXPECT_NE(bucket_file_stem(long_a), bucket_file_stem(long_b));
+}
+
+}  // namespace
+}  // namespace dsa
