@@ -8,6 +8,8 @@
 //   time, added to the global fp32 dK~ with atomics (so dK~ is not bitwise deterministic; the
 //   README gives the measured spread). Larger C+R than 576 is covered by grid.z column chunks of dQ~.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "fused/attention.hpp"
 #include "fused/attention_mma.cuh"
@@ -28,7 +30,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct BwdSmem {
   int Dpad, SD, Cpad, SC, SP;
   size_t q, dO, k0, k1, p, ds, stats, bytes;
-  __host__ __device__ BwdSmem(int C, int R) {
+  // single: one key tile buffer (no prefetch) for large C+R that would not fit twice.
+  __host__ __device__ BwdSmem(int C, int R, bool single = false) {
     Dpad = (C + R + 15) / 16 * 16;
     SD = Dpad + 8;
     Cpad = (C + 15) / 16 * 16;
@@ -37,7 +40,7 @@ struct BwdSmem {
     q = 0;
     dO = q + (size_t)HB * SD * 2;
     k0 = dO + (size_t)HB * SC * 2;
-    k1 = k0 + (size_t)BN * SD * 2;
+    k1 = k0 + (single ? 0 : (size_t)BN * SD * 2);
     p = k1 + (size_t)BN * SD * 2;
     ds = p + (size_t)HB * SP * 2;
     stats = ds + (size_t)HB * SP * 2;
@@ -56,10 +59,10 @@ __device__ __forceinline__ void atomic_add2(float* p, float a, float b, bool pai
   if (pair_ok) atomicAdd(p + 1, b);
 }
 
-__global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwdArgs a) {
+__global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwdArgs a, bool single) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int D = a.C + a.R;
-  const BwdSmem L(a.C, a.R);
+  const BwdSmem L(a.C, a.R, single);
   bf16* sQ = reinterpret_cast<bf16*>(smem + L.q);
   bf16* sdO = reinterpret_cast<bf16*>(smem + L.dO);
   bf16* sK[2] = {reinterpret_cast<bf16*>(smem + L.k0), reinterpret_cast<bf16*>(smem + L.k1)};
@@ -102,12 +105,22 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
   const bool key_grads = blockIdx.z == 0;  // dQ~ column chunks > 0 only add to dQ~
 
   for (int j = 0; j < ntiles; ++j) {
-    mma::cp_async_wait_all();
-    __syncthreads();
-    if (j + 1 < ntiles)
-      tiles::load_keys<NTHREADS>(sK[(j + 1) & 1], SD, BN, sel, (j + 1) * BN, cnt, a.c, a.k_pe, a.C, a.R, Dpad, kvec);
-    mma::cp_async_commit();
-    const bf16* K = sK[j & 1];
+    if (!single) {
+      mma::cp_async_wait_all();
+      __syncthreads();
+      if (j + 1 < ntiles)
+        tiles::load_keys<NTHREADS>(sK[(j + 1) & 1], SD, BN, sel, (j + 1) * BN, cnt, a.c, a.k_pe, a.C, a.R, Dpad, kvec);
+      mma::cp_async_commit();
+    } else {
+      if (j > 0) {
+        __syncthreads();  // every warp is done with tile j−1
+        tiles::load_keys<NTHREADS>(sK[0], SD, BN, sel, j * BN, cnt, a.c, a.k_pe, a.C, a.R, Dpad, kvec);
+        mma::cp_async_commit();
+      }
+      mma::cp_async_wait_all();
+      __syncthreads();
+    }
+    const bf16* K = sK[single ? 0 : j & 1];
 
     // S = Q~·K~ᵀ (K-dim C+R) and dP = dO_lat·Ṽᵀ (K-dim C) for heads 16ms.., keys 16kh...
     float s[2][4] = {}, dp[2][4] = {};
@@ -265,11 +278,19 @@ void attention_delta(const bf16* dO_lat, const bf16* O_lat, float* delta, int64_
 
 void attention_backward(const AttnBwdArgs& a, cudaStream_t s) {
   if (a.Tq <= 0 || a.H <= 0) return;
-  const BwdSmem L(a.C, a.R);
+  int dev = 0, max_smem = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool single = BwdSmem(a.C, a.R).bytes > (size_t)max_smem;
+  const BwdSmem L(a.C, a.R, single);
+  if (L.bytes > (size_t)max_smem)
+    throw std::runtime_error("attention_backward: C+R = " + std::to_string(a.C + a.R) + " (C = " +
+                             std::to_string(a.C) + ") needs " + std::to_string(L.bytes) +
+                             " bytes of shared memory, more than the device's " + std::to_string(max_smem));
   DSA_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)L.bytes));
   dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + a.R + QB - 1) / QB);
-  attention_backward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a);
+  attention_backward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a, single);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,6 +8,8 @@
 // row max through shared memory; each keeps its own partial row sum. Online softmax in fp32 in the
 // log2 domain (exp2 of logit·log2e), lse returned in natural log; P is rounded to bf16 for P·V.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "fused/attention.hpp"
 #include "fused/attention_mma.cuh"
@@ -209,6 +211,13 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
 void attention_forward(const AttnFwdArgs& a, cudaStream_t s) {
   if (a.Tq <= 0 || a.H <= 0) return;
   const FwdSmem L(a.C + a.R);
+  int dev = 0, max_smem = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (L.bytes > (size_t)max_smem)
+    throw std::runtime_error("attention_forward: C+R = " + std::to_string(a.C + a.R) + " needs " +
+                             std::to_string(L.bytes) + " bytes of shared memory, more than the device's " +
+                             std::to_string(max_smem));
   DSA_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)L.bytes));
   dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + CB - 1) / CB);
