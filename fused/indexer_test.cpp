@@ -1,0 +1,96 @@
+// The fused indexer + streaming top-k against the CPU reference (SPEC.md §3–§4, §9): scores by
+// the parity rule (α = 2), top-k by the reference's equivalence test with δ = 2·e_l(I) + floor,
+// on odd and production-like shapes, ties at 0, exact zeros, long rows that force compactions,
+// and NaN poison in invisible key rows and guard regions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fused/api.cuh"
+#include "fused/indexer_testing.hpp"
+#include "reference/core.hpp"
+#include "reference/test_util.hpp"
+#include "reference/topk.hpp"
+
+namespace dsa::fused::testing {
+namespace {
+
+struct IndexerCase {
+  std::vector<int64_t> seqlens;
+  int64_t HI, DI, K;
+  bool relu = true;
+  PadRows pad = PadRows::attend;
+  double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, score ties at 0
+  uint64_t seed = 1;
+};
+
+void check_indexer(const IndexerCase& c) {
+  Dims d = dsa::test::tiny_dims();
+  d.HI = c.HI, d.DI = c.DI;
+  Problem p = dsa::test::small_problem(c.seqlens, d, c.K);
+  p.relu = c.relu;
+  p.pad_rows = c.pad;
+  p.loss = LossMode::off;
+  const StreamLayout L = dsa::test::layout_of(p);
+  Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
+  for (int64_t t = 0; t < L.tp; ++t)
+    if (std::fmod(t * 0.618034, 1.0) < c.zero_k_rows)
+      for (int64_t j = 0; j < d.DI; ++j) in.k_I.at(t, j) = 0.0;
+  RunOptions ex, lp;
+  lp.precision = Precision::bf16;
+  const Result E = run_core(p, in, ex), Lw = run_core(p, in, lp);
+  ASSERT_TRUE(E.scores && Lw.scores);
+
+  const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
+  const auto poison = invisible_rows(L);
+  DeviceArray<bf16> q_I(to_bf16(in.q_I), bf16_nan()), w(to_bf16(in.w), bf16_nan());
+  DeviceArray<bf16> k_I(to_bf16(in.k_I, poison), bf16_nan());
+  DeviceArray<int32_t> topk(size_t(Tp) * K, int32_t(-7));
+  DeviceArray<float> scores(size_t(Tp) * Tp, kNaN);
+  DeviceRows rows(L);
+  IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tp, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p};
+  indexer_topk(a, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "indexer_topk");
+
+  const auto sc = scores.download();
+  EXPECT_TRUE(parity("scores", sc, *E.scores, *Lw.scores, 2.0));
+  const double delta = 2.0 * max_err(*Lw.scores, *E.scores) + 1e-6 * dsa::test::max_abs(*E.scores);
+  const auto tk = topk.download();
+  int bad = 0;
+  for (int64_t g = 0; g < L.tp && bad < 5; ++g) {
+    const int64_t b = L.key_begin(g), n = L.key_end(g) - b;
+    const TopkVerdict v = topk_equivalent(tk.data() + g * K, K, E.scores->row(g) + b, n, b, delta);
+    if (!v.ok) ++bad, ADD_FAILURE() << "row " << g << ": " << v.why;
+  }
+}
+
+TEST(FusedIndexer, OddShapes) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{5, 11, 0, 1, 7}, 3, 5, 5, true, PadRows::attend, 0.0, 11});
+  check_indexer({{9, 23}, 3, 40, 7, false, PadRows::masked, 0.0, 12});
+  check_indexer({{17}, 1, 16, 1, true, PadRows::attend, 0.0, 13});
+  check_indexer({{3, 4}, 20, 130, 64, true, PadRows::masked, 0.0, 14});  // K > Tp, DI > 128
+}
+
+TEST(FusedIndexer, TiesAtZeroAndZeroRows) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{600}, 1, 8, 300, true, PadRows::attend, 0.0, 21});     // ~half the scores are exactly 0
+  check_indexer({{1500}, 2, 16, 300, true, PadRows::attend, 0.7, 22});   // compactions through ties
+}
+
+TEST(FusedIndexer, LongRowsCompact) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{1300, 700}, 4, 32, 40, true, PadRows::masked, 0.0, 31});
+  check_indexer({{1100}, 5, 24, 257, false, PadRows::attend, 0.0, 32});
+}
+
+TEST(FusedIndexer, ProductionLike) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{300, 212}, 64, 128, 128, true, PadRows::masked, 0.0, 41});  // DeepSeek-V3.2 heads
+  check_indexer({{420}, 32, 128, 256, true, PadRows::attend, 0.0, 42});        // GLM-5 heads
+}
+
+}  // namespace
+}  // namespace dsa::fused::testing

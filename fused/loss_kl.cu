@@ -1,0 +1,544 @@
+// The indexer KL loss (SPEC.md §7), forward and backward, one CTA (8 warps) per local query row.
+//
+// A row's support (sparse: the valid, visible slots of its attention index row; dense: its visible
+// keys) is walked in tiles of 128 keys, 16 per warp, in up to three passes:
+//   A (dense only) per-head softmax normalizer over the support: online max/sum, lse_h;
+//      sparse mode reuses the attention's lse instead, A_h = exp(s·Q~·K~ − lse_h);
+//   B Σ_t T^[t] (T^ = Σ_h A_h) and the log-sum-exp of the indexer scores I over the support;
+//   C T = T^/max(ΣT^, 1e-10), logQ, KL, dI = coeff/N·(softmax(I) − T), du = bf16(dI·w·φ'(u)),
+//      dw = Σ_t dI·φ(u), dk_I[t] += du·q_I (fp32 atomics), dq_I += duᵀ·k_I.
+// Passes B and C recompute the logits rather than storing anything per key: memory is O(1) per
+// row beyond shared memory (no [H, Tq, Tp], no [Tq, Tp]). All products run on tensor cores
+// (mma.sync m16n8k16 bf16, fp32 accumulate): logits with the 16 keys of a warp as M and the heads
+// as N (K~ gathered from global straight into A fragments, Q~[g] from shared memory), so the
+// head sum of T^ stays in-thread plus a quad shuffle; u = k_I·q_Iᵀ the same way; dk_I = du·q_I
+// with du from shared memory; dq_I = duᵀ·k_I over the CTA's 128 keys, each (16 heads × 64 dims)
+// block owned by one warp for the whole row, so dq_I, dw and kl are deterministic. dk_I sums
+// rows through fp32 atomics: not bitwise deterministic run to run.
+// Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
+// 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "fused/api.cuh"
+#include "fused/cuda_check.hpp"
+#include "fused/indexer_rows.cuh"
+#include "fused/mma_frag.cuh"
+#include "reference/errors.hpp"
+
+namespace dsa::fused {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = kWarps * 16;  // keys per CTA tile
+constexpr int kMaxHP = 8;           // head pairs (16 heads) of the attention: H ≤ 128
+constexpr int kMaxIP = 8;           // head pairs of the indexer: HI ≤ 128
+constexpr float kNegInf = -__builtin_huge_valf();
+
+__host__ __device__ inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+struct LossLayout {
+  int Hp, CRp, LDQ, HIp, DIp, LDI, LDU;
+  __host__ __device__ size_t off_q() const { return size_t(Hp) * LDQ * 2; }
+  __host__ __device__ size_t off_kI() const { return off_q() + size_t(HIp) * LDI * 2; }
+  __host__ __device__ size_t off_du() const { return off_kI() + size_t(kTile) * LDI * 2; }
+  __host__ __device__ size_t off_w() const { return off_du() + size_t(kTile) * LDU * 2; }
+  __host__ __device__ size_t off_lse() const { return off_w() + size_t(HIp) * 4; }
+  __host__ __device__ size_t off_red() const { return off_lse() + size_t(Hp) * 4; }
+  __host__ __device__ size_t bytes() const { return off_red() + size_t(kWarps) * (2 * Hp > HIp ? 2 * Hp : HIp) * 4; }
+};
+
+__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
+__device__ __forceinline__ float dphi(float u, bool relu) {
+  if (!relu) return 1.f;
+#if DSA_PLANT_relu_grad_one_at_zero
+  return u >= 0.f ? 1.f : 0.f;
+#else
+  return u > 0.f ? 1.f : 0.f;
+#endif
+}
+
+// (m, s) of an online log-sum-exp absorbs (m2, s2).
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  const float mn = fmaxf(m, m2);
+  if (mn == kNegInf) return;
+  s = s * expf(m - mn) + s2 * expf(m2 - mn);
+  m = mn;
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Sum over the CTA; every thread gets the result.
+__device__ float cta_sum(float v, float* red) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < kWarps; ++w) t += red[w];
+  __syncthreads();
+  return t;
+}
+
+// K~[t] = [c[t]; k_pe[t]] elements d, d+1 as bf16x2 (zero past C+R).
+__device__ __forceinline__ uint32_t ktilde_pair(const bf16* crow, const bf16* prow, int d, int C, int R, bool even) {
+  if (even) {  // C and R even: a pair never straddles c and k_pe
+    if (d < C) return __ldg(reinterpret_cast<const unsigned int*>(crow + d));
+    if (d < C + R) return __ldg(reinterpret_cast<const unsigned int*>(prow + d - C));
+    return 0u;
+  }
+  const bf16 z = __float2bfloat16(0.f);
+  auto at = [&](int x) { return x < C ? crow[x] : (x < C + R ? prow[x - C] : z); };
+  return frag::pack2(at(d), at(d + 1));
+}
+
+struct RowCtx {
+  const LossArgs& a;
+  const LossLayout& L;
+  const bf16* sQ;
+  const bf16* sq;
+  const bf16* skI;
+  const int* skeys;
+  int lane, warp, gq, qq;
+};
+
+// logits/s for this warp's 16 keys × all heads: acc[hp][n] is the m16n8 tile of heads hp·16+8n.
+__device__ __forceinline__ void logits_tile(const RowCtx& x, float (&acc)[kMaxHP][2][4]) {
+  const LossArgs& a = x.a;
+#pragma unroll
+  for (int hp = 0; hp < kMaxHP; ++hp)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[hp][n][c] = 0.f;
+  const int t0 = x.skeys[x.warp * 16 + x.gq], t1 = x.skeys[x.warp * 16 + x.gq + 8];
+  const bf16* c0 = a.c + size_t(t0 < 0 ? 0 : t0) * a.C;
+  const bf16* p0 = a.k_pe + size_t(t0 < 0 ? 0 : t0) * a.R;
+  const bf16* c1 = a.c + size_t(t1 < 0 ? 0 : t1) * a.C;
+  const bf16* p1 = a.k_pe + size_t(t1 < 0 ? 0 : t1) * a.R;
+  const bool even = (a.C % 2 == 0) && (a.R % 2 == 0);
+  const int nhp = x.L.Hp / 16, nks = x.L.CRp / 16;
+  const bf16* bp = x.sQ + size_t(frag::ofs_r1(x.lane)) * x.L.LDQ + frag::ofs_c1(x.lane);
+  for (int ks = 0; ks < nks; ++ks) {
+    const int d = ks * 16 + 2 * x.qq;
+    uint32_t af[4];
+    af[0] = t0 >= 0 ? ktilde_pair(c0, p0, d, a.C, a.R, even) : 0u;
+    af[1] = t1 >= 0 ? ktilde_pair(c1, p1, d, a.C, a.R, even) : 0u;
+    af[2] = t0 >= 0 ? ktilde_pair(c0, p0, d + 8, a.C, a.R, even) : 0u;
+    af[3] = t1 >= 0 ? ktilde_pair(c1, p1, d + 8, a.C, a.R, even) : 0u;
+#pragma unroll
+    for (int hp = 0; hp < kMaxHP; ++hp) {
+      if (hp < nhp) {
+        uint32_t b[4];
+        frag::ldsm_x4(b, bp + size_t(hp * 16) * x.L.LDQ + ks * 16);
+        frag::mma16816(acc[hp][0], af, b[0], b[1]);
+        frag::mma16816(acc[hp][1], af, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// T^ of the warp's rows g (r = 0) and g+8 (r = 1): Σ_h exp(s·logit − lse_h), all quad lanes.
+__device__ __forceinline__ void target_tile(const RowCtx& x, const float* slse, float (&That)[2]) {
+  float acc[kMaxHP][2][4];
+  logits_tile(x, acc);
+  const float s = x.a.softmax_scale;
+  float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+  for (int hp = 0; hp < kMaxHP; ++hp)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int h = hp * 16 + n * 8 + 2 * x.qq + c;
+        if (h < x.a.H) {
+          const float l = slse[h];
+          if (l != kNegInf) {  // a head with an empty support contributes nothing (never exp(+inf))
+            v0 += expf(s * acc[hp][n][c] - l);
+            v1 += expf(s * acc[hp][n][2 + c] - l);
+          }
+        }
+      }
+  That[0] = quad_sum(v0);
+  That[1] = quad_sum(v1);
+}
+
+// u = k_I[t]·q_I[g,h] for the warp's 16 keys × all indexer heads (k_I rows staged in skI).
+__device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kMaxIP][2][4]) {
+#pragma unroll
+  for (int ip = 0; ip < kMaxIP; ++ip)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) ua[ip][n][c] = 0.f;
+  const int nip = x.L.HIp / 16, nks = x.L.DIp / 16;
+  const bf16* ap = x.skI + size_t(x.warp * 16 + frag::ofs_r0(x.lane)) * x.L.LDI + frag::ofs_c0(x.lane);
+  const bf16* bp = x.sq + size_t(frag::ofs_r1(x.lane)) * x.L.LDI + frag::ofs_c1(x.lane);
+  for (int ks = 0; ks < nks; ++ks) {
+    uint32_t af[4];
+    frag::ldsm_x4(af, ap + ks * 16);
+#pragma unroll
+    for (int ip = 0; ip < kMaxIP; ++ip) {
+      if (ip < nip) {
+        uint32_t b[4];
+        frag::ldsm_x4(b, bp + size_t(ip * 16) * x.L.LDI + ks * 16);
+        frag::mma16816(ua[ip][0], af, b[0], b[1]);
+        frag::mma16816(ua[ip][1], af, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Indexer scores I of rows g, g+8 from u (all quad lanes).
+__device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, const float (&ua)[kMaxIP][2][4],
+                                            float (&I)[2]) {
+  float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+  for (int ip = 0; ip < kMaxIP; ++ip)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int h = ip * 16 + n * 8 + 2 * x.qq + c;
+        if (h < x.a.HI) {
+          v0 += sw[h] * phi(ua[ip][n][c], x.a.relu);
+          v1 += sw[h] * phi(ua[ip][n][2 + c], x.a.relu);
+        }
+      }
+  I[0] = quad_sum(v0);
+  I[1] = quad_sum(v1);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArgs a, const LossLayout L) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sq = reinterpret_cast<bf16*>(smem + L.off_q());
+  bf16* skI = reinterpret_cast<bf16*>(smem + L.off_kI());
+  bf16* sdu = reinterpret_cast<bf16*>(smem + L.off_du());
+  float* sw = reinterpret_cast<float*>(smem + L.off_w());
+  float* slse = reinterpret_cast<float*>(smem + L.off_lse());
+  float* red = reinterpret_cast<float*>(smem + L.off_red());
+  __shared__ int skeys[kTile];
+  __shared__ float sred[kWarps];
+
+  const int i = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, qq = lane & 3;
+  const int H = a.H, HI = a.HI, DI = a.DI;
+  float* dq_row = a.dq_I + size_t(i) * HI * DI;
+  for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = 0.f;
+  const KeyRange vr = visible_range(a.rows, i, a.Tp);
+  const int nkeys = a.dense ? max(0, vr.end - vr.begin) : a.K;
+  if (!a.counted[i] || nkeys == 0) {  // not in the loss: zero KL and gradients
+    if (tid == 0) a.kl[i] = 0.f;
+    for (int h = tid; h < HI; h += kThreads) a.dw[size_t(i) * HI + h] = 0.f;
+    return;
+  }
+  const int ntiles = (nkeys + kTile - 1) / kTile;
+
+  // Q~[g] (H16 × CR16), q_I[g] (HI16 × DI16), w, zero-padded, into shared memory.
+  const int CR = a.C + a.R;
+  const bool cr_even = (CR % 2) == 0, di_even = (DI % 2) == 0;
+  for (int e = tid; e < L.Hp * (L.CRp / 2); e += kThreads) {
+    const int h = e / (L.CRp / 2), d = 2 * (e % (L.CRp / 2));
+    const uint32_t v = h < H ? frag::load_pair(a.Qt + (size_t(i) * H + h) * CR, d, CR, cr_even) : 0u;
+    *reinterpret_cast<uint32_t*>(sQ + size_t(h) * L.LDQ + d) = v;
+  }
+  for (int e = tid; e < L.HIp * (L.DIp / 2); e += kThreads) {
+    const int h = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
+    const uint32_t v = h < HI ? frag::load_pair(a.q_I + (size_t(i) * HI + h) * DI, d, DI, di_even) : 0u;
+    *reinterpret_cast<uint32_t*>(sq + size_t(h) * L.LDI + d) = v;
+  }
+  for (int h = tid; h < L.HIp; h += kThreads) sw[h] = h < HI ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
+  for (int h = tid; h < L.Hp; h += kThreads) slse[h] = (!a.dense && h < H) ? a.lse[size_t(i) * H + h] : kNegInf;
+
+  const RowCtx x{a, L, sQ, sq, skI, skeys, lane, warp, gq, qq};
+  // Stage tile `tile`: the warp's 16 keys (−1: not in the support) and their k_I rows.
+  auto stage = [&](int tile) {
+    if (lane < 16) {
+      const int j = tile * kTile + warp * 16 + lane;
+      int t = -1;
+      if (a.dense) {
+        if (vr.begin + j < vr.end) t = vr.begin + j;
+      } else if (j < a.K) {
+        t = a.indices[size_t(i) * a.K + j];
+        if (t < vr.begin || t >= vr.end) t = -1;  // −1, INT_MIN, ≥ Tp and non-causal slots
+      }
+      skeys[warp * 16 + lane] = t;
+    }
+    __syncwarp();
+    for (int e = lane; e < 16 * (L.DIp / 2); e += 32) {
+      const int r = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
+      const int t = skeys[warp * 16 + r];
+      const uint32_t v = t >= 0 ? frag::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
+      *reinterpret_cast<uint32_t*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+    }
+    __syncwarp();
+  };
+  __syncthreads();
+
+  // ---- pass A (dense): per-head lse over the visible keys ------------------------------------
+  if (a.dense) {
+    float m[kMaxHP][2][2], s[kMaxHP][2][2];
+#pragma unroll
+    for (int hp = 0; hp < kMaxHP; ++hp)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) m[hp][n][c] = kNegInf, s[hp][n][c] = 0.f;
+    for (int tile = 0; tile < ntiles; ++tile) {
+      stage(tile);
+      float acc[kMaxHP][2][4];
+      logits_tile(x, acc);
+      const bool v0 = skeys[warp * 16 + gq] >= 0, v1 = skeys[warp * 16 + gq + 8] >= 0;
+#pragma unroll
+      for (int hp = 0; hp < kMaxHP; ++hp)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float l0 = v0 ? a.softmax_scale * acc[hp][n][c] : kNegInf;
+            const float l1 = v1 ? a.softmax_scale * acc[hp][n][2 + c] : kNegInf;
+            const float mn = fmaxf(m[hp][n][c], fmaxf(l0, l1));
+            if (mn != kNegInf) {
+              s[hp][n][c] = s[hp][n][c] * expf(m[hp][n][c] - mn) + (v0 ? expf(l0 - mn) : 0.f) +
+                            (v1 ? expf(l1 - mn) : 0.f);
+              m[hp][n][c] = mn;
+            }
+          }
+      __syncwarp();
+    }
+#pragma unroll
+    for (int hp = 0; hp < kMaxHP; ++hp)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          for (int o = 4; o < 32; o <<= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m[hp][n][c], o);
+            const float s2 = __shfl_xor_sync(0xffffffffu, s[hp][n][c], o);
+            lse_merge(m[hp][n][c], s[hp][n][c], m2, s2);
+          }
+          const int h = hp * 16 + n * 8 + 2 * qq + c;
+          if (gq == 0 && h < L.Hp) red[(warp * L.Hp + h) * 2] = m[hp][n][c], red[(warp * L.Hp + h) * 2 + 1] = s[hp][n][c];
+        }
+    __syncthreads();
+    for (int h = tid; h < H; h += kThreads) {
+      float mm = kNegInf, ss = 0.f;
+      for (int w = 0; w < kWarps; ++w) lse_merge(mm, ss, red[(w * L.Hp + h) * 2], red[(w * L.Hp + h) * 2 + 1]);
+      slse[h] = ss > 0.f ? mm + logf(ss) : kNegInf;
+    }
+    __syncthreads();
+  }
+
+  // ---- pass B: Σ T^ and the lse of the indexer scores over the support -----------------------
+  float sumT = 0.f, mI = kNegInf, sI = 0.f;
+  for (int tile = 0; tile < ntiles; ++tile) {
+    stage(tile);
+    float That[2], I[2];
+    target_tile(x, slse, That);
+    float ua[kMaxIP][2][4];
+    u_tile(x, ua);
+    scores_tile(x, sw, ua, I);
+    if (qq == 0)
+      for (int r = 0; r < 2; ++r)
+        if (skeys[warp * 16 + gq + 8 * r] >= 0) {
+          sumT += That[r];
+          lse_merge(mI, sI, I[r], 1.f);
+        }
+    __syncwarp();
+  }
+  sumT = cta_sum(sumT, sred);
+  for (int o = 1; o < 32; o <<= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, mI, o), s2 = __shfl_xor_sync(0xffffffffu, sI, o);
+    lse_merge(mI, sI, m2, s2);
+  }
+  if (lane == 0) red[2 * warp] = mI, red[2 * warp + 1] = sI;
+  __syncthreads();
+  mI = kNegInf, sI = 0.f;
+  for (int w = 0; w < kWarps; ++w) lse_merge(mI, sI, red[2 * w], red[2 * w + 1]);
+  __syncthreads();
+  if (sI == 0.f) {  // an empty support (every slot invalid): KL 0, no gradient
+    if (tid == 0) a.kl[i] = 0.f;
+    for (int h = tid; h < HI; h += kThreads) a.dw[size_t(i) * HI + h] = 0.f;
+    return;
+  }
+  const float lseI = mI + logf(sI), normT = fmaxf(sumT, 1e-10f);
+
+  // ---- pass C: KL, dI, du and the gradients ---------------------------------------------------
+  float kl = 0.f;
+  float dwp[kMaxIP][2][2] = {};
+  const int nip = L.HIp / 16, ndc = (L.DIp + 63) / 64;
+  for (int tile = 0; tile < ntiles; ++tile) {
+#if DSA_PLANT_streaming_kl_drop_last_chunk
+    if (!a.dense && tile == ntiles - 1) break;  // planted: the last key tile of the row is skipped
+#endif
+    stage(tile);
+    float That[2], I[2], dI[2];
+    target_tile(x, slse, That);
+    float ua[kMaxIP][2][4];
+    u_tile(x, ua);
+    scores_tile(x, sw, ua, I);
+    bool valid[2];
+    for (int r = 0; r < 2; ++r) {
+      valid[r] = skeys[warp * 16 + gq + 8 * r] >= 0;
+      const float T = That[r] / normT, logQ = I[r] - lseI, Q = expf(logQ);
+      dI[r] = valid[r] ? a.coeff_over_N * (Q - T) : 0.f;
+#if DSA_PLANT_kl_reversed
+      if (valid[r] && qq == 0) kl += Q * (logQ - logf(fmaxf(T, 1e-10f)));  // planted: KL(Q‖T)
+#else
+      if (valid[r] && qq == 0 && T > 0.f) kl += T * (logf(fmaxf(T, 1e-10f)) - logQ);
+#endif
+    }
+    // du = bf16(dI·w·φ'(u)) into shared memory ([key][head]); dw partials in registers.
+#pragma unroll
+    for (int ip = 0; ip < kMaxIP; ++ip)
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int h = ip * 16 + n * 8 + 2 * qq;
+        if (ip < nip) {
+          float du[2][2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float u = ua[ip][n][2 * r + c];
+              const bool ok = valid[r] && h + c < HI;
+              du[r][c] = ok ? dI[r] * sw[h + c] * dphi(u, a.relu) : 0.f;
+              if (ok) dwp[ip][n][c] += dI[r] * phi(u, a.relu);
+            }
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<uint32_t*>(sdu + size_t(warp * 16 + gq + 8 * r) * L.LDU + h) = frag::pack2(du[r][0], du[r][1]);
+        }
+      }
+    __syncwarp();
+    // dk_I[t] += Σ_h du[t,h]·q_I[g,h] for the warp's keys, 64 dims at a time.
+    for (int dc = 0; dc < ndc; ++dc) {
+      float acc[8][4] = {};
+      for (int j = 0; j < nip; ++j) {
+        uint32_t af[4];
+        frag::ldsm_x4(af, sdu + size_t(warp * 16 + frag::ofs_r0(lane)) * L.LDU + j * 16 + frag::ofs_c0(lane));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          const int n0 = dc * 64 + np * 16;
+          if (n0 < L.DIp) {
+            uint32_t b[4];
+            frag::ldsm_x4_t(b, sq + size_t(j * 16 + frag::ofs_r0(lane)) * L.LDI + n0 + frag::ofs_c0(lane));
+            frag::mma16816(acc[2 * np], af, b[0], b[1]);
+            frag::mma16816(acc[2 * np + 1], af, b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = skeys[warp * 16 + gq + 8 * r];
+        if (t < 0) continue;
+        float* dst = a.dk_I + size_t(t) * DI;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int d = dc * 64 + nt * 8 + 2 * qq + c;
+            if (d < DI) atomicAdd(dst + d, acc[nt][2 * r + c]);
+          }
+      }
+    }
+    __syncthreads();  // every warp's du and k_I rows are in shared memory
+    // dq_I[g] += duᵀ·k_I over the tile's 128 keys; warp w owns blocks w, w+8, … of (16 heads × 64 dims).
+    for (int item = warp; item < nip * ndc; item += kWarps) {
+      const int mh = item / ndc, dc = item % ndc;
+      float acc[8][4] = {};
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        uint32_t af[4];
+        frag::ldsm_x4_t(af, sdu + size_t(kk * 16 + frag::ofs_r1(lane)) * L.LDU + mh * 16 + frag::ofs_c1(lane));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          const int n0 = dc * 64 + np * 16;
+          if (n0 < L.DIp) {
+            uint32_t b[4];
+            frag::ldsm_x4_t(b, skI + size_t(kk * 16 + frag::ofs_r0(lane)) * L.LDI + n0 + frag::ofs_c0(lane));
+            frag::mma16816(acc[2 * np], af, b[0], b[1]);
+            frag::mma16816(acc[2 * np + 1], af, b[2], b[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int h = mh * 16 + gq + 8 * r;
+        if (h >= HI) continue;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int d = dc * 64 + nt * 8 + 2 * qq + c;
+            if (d < DI) dq_row[size_t(h) * DI + d] += acc[nt][2 * r + c];
+          }
+      }
+    }
+    __syncthreads();  // before the next tile overwrites the staged keys
+  }
+
+  // dw: lanes of one quad column share heads; reduce over g, then over warps in a fixed order.
+#pragma unroll
+  for (int ip = 0; ip < kMaxIP; ++ip)
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float v = dwp[ip][n][c];
+        for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int h = ip * 16 + n * 8 + 2 * qq + c;
+        if (gq == 0 && h < L.HIp) red[warp * L.HIp + h] = v;
+      }
+  __syncthreads();
+  for (int h = tid; h < HI; h += kThreads) {
+    float v = 0.f;
+    for (int w = 0; w < kWarps; ++w) v += red[w * L.HIp + h];
+    a.dw[size_t(i) * HI + h] = v;
+  }
+  kl = cta_sum(kl, sred);
+  if (tid == 0) a.kl[i] = kl;
+}
+
+__global__ void zero_kernel(float* p, size_t n) {
+  for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < n; e += size_t(gridDim.x) * blockDim.x) p[e] = 0.f;
+}
+
+}  // namespace
+
+void indexer_loss(const LossArgs& a, cudaStream_t s) {
+  require(a.H >= 1 && a.H <= 16 * kMaxHP, "H", "between 1 and 128 in the fused indexer loss");
+  require(a.HI >= 1 && a.HI <= 16 * kMaxIP, "HI", "between 1 and 128 in the fused indexer loss");
+  require(a.DI >= 1 && a.C >= 0 && a.R >= 0 && a.C + a.R >= 1, "C", "C + R and DI at least 1");
+  if (a.Tp > 0) {
+    const size_t n = size_t(a.Tp) * a.DI;
+    zero_kernel<<<int(std::min<size_t>((n + 255) / 256, 2048)), 256, 0, s>>>(a.dk_I, n);
+    DSA_CUDA_CHECK(cudaGetLastError());
+  }
+  if (a.Tq <= 0) return;
+  LossLayout L{};
+  L.Hp = round_up(a.H, 16);
+  L.CRp = round_up(a.C + a.R, 16);
+  L.LDQ = L.CRp + 8;
+  L.HIp = round_up(a.HI, 16);
+  L.DIp = round_up(a.DI, 16);
+  L.LDI = L.DIp + 8;
+  L.LDU = L.HIp + 8;
+  int dev = 0, optin = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const size_t budget = size_t(optin) - 1024;  // the kernel's static shared memory
+  if (L.bytes() > budget)
+    throw InvalidInput("H", "H·(C+R) = " + std::to_string(a.H) + "·" + std::to_string(a.C + a.R) +
+                                " needs more shared memory than the fused indexer loss has");
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L.bytes())));
+  indexer_loss_kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsa::fused

@@ -1,0 +1,135 @@
+// The fused indexer KL loss (SPEC.md §7) against the CPU reference: kl (α = 2) and dq_I, dk_I, dw
+// (α = 3, rounded to bf16 as the host API writes them), sparse over the attention's indices with
+// its lse, and dense over every visible key; odd and production-like shapes, injected invalid
+// indices (−1, INT_MIN, Tp, non-causal, whole rows), masked pad rows with NaN-poisoned keys.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fused/api.cuh"
+#include "fused/indexer_testing.hpp"
+#include "reference/core.hpp"
+#include "reference/precision.hpp"
+#include "reference/test_util.hpp"
+
+namespace dsa::fused::testing {
+namespace {
+
+struct LossCase {
+  std::vector<int64_t> seqlens;
+  Dims d;
+  int64_t K;
+  LossMode mode = LossMode::sparse;
+  bool relu = true;
+  PadRows pad = PadRows::attend;
+  bool inject = false;  // invalid and non-causal indices in the attention's rows
+  uint64_t seed = 1;
+};
+
+Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
+  Dims d;
+  d.H = H, d.Dn = 16, d.R = R, d.C = C, d.Dv = 8, d.HI = HI, d.DI = DI;
+  return d;
+}
+
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (float& x : v) x = round_bf16(x);
+  return v;
+}
+
+void check_loss(const LossCase& c) {
+  const Dims& d = c.d;
+  Problem p = dsa::test::small_problem(c.seqlens, d, c.K);
+  p.relu = c.relu;
+  p.pad_rows = c.pad;
+  p.loss = c.mode;
+  const StreamLayout L = dsa::test::layout_of(p);
+  const Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
+  const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
+
+  // The attention's indices: the exact indexer's top-k, optionally with adversarial slots.
+  RunOptions ex;
+  TensorI idx = run_core(p, in, ex).topk;
+  if (c.inject)
+    for (int64_t g = 0; g < L.tp; ++g) {
+      int32_t* row = idx.row(g);
+      if (g % 7 == 3)
+        for (int j = 0; j < K; ++j) row[j] = -1;  // a row whose every slot is invalid
+      else if (K >= 4)
+        row[(g % K)] = int32_t(g + 1), row[(g + 1) % K] = INT_MIN, row[(g + 2) % K] = Tp, row[(g + 3) % K] = -1;
+    }
+  ex.attention_indices = idx;
+  RunOptions lp = ex;
+  lp.precision = Precision::bf16;
+  const Result E = run_core(p, in, ex), Lw = run_core(p, in, lp);
+
+  // Q~ = [bf16(q_nope·W_UK) ; q_pe] as the bf16 policy's GEMM writes it.
+  const int64_t CR = d.C + d.R;
+  std::vector<bf16> Qt(size_t(L.tp) * d.H * CR);
+  for (int64_t g = 0; g < L.tp; ++g)
+    for (int64_t h = 0; h < d.H; ++h) {
+      bf16* q = Qt.data() + (g * d.H + h) * CR;
+      for (int64_t cc = 0; cc < d.C; ++cc) {
+        float acc = 0.f;
+        for (int64_t n = 0; n < d.Dn; ++n) acc += float(in.q_nope.at(g, h, n)) * float(in.W_UK.at(h, n, cc));
+        q[cc] = __float2bfloat16(acc);
+      }
+      for (int64_t r = 0; r < d.R; ++r) q[d.C + r] = __float2bfloat16(float(in.q_pe.at(g, h, r)));
+    }
+  std::vector<float> lse(Lw.lse.data.begin(), Lw.lse.data.end());  // the attention's (fp32) lse
+  std::vector<uint8_t> counted(L.tp);
+  for (int64_t g = 0; g < L.tp; ++g) counted[g] = L.active(g) ? 1 : 0;
+
+  const auto poison = invisible_rows(L);
+  DeviceArray<bf16> dQt(Qt, bf16_nan()), dc(to_bf16(in.c, poison), bf16_nan()), dkpe(to_bf16(in.k_pe, poison), bf16_nan());
+  DeviceArray<bf16> q_I(to_bf16(in.q_I), bf16_nan()), w(to_bf16(in.w), bf16_nan()), k_I(to_bf16(in.k_I, poison), bf16_nan());
+  DeviceArray<float> dlse(lse, kNaN);
+  DeviceArray<int32_t> didx(idx.data, -1);
+  DeviceArray<uint8_t> dcounted(counted, 0);
+  DeviceArray<float> kl(L.tp, kNaN), dq_I(size_t(L.tp) * d.HI * d.DI, kNaN), dk_I(size_t(L.tp) * d.DI, kNaN),
+      dw(size_t(L.tp) * d.HI, kNaN);
+  DeviceRows rows(L);
+  LossArgs a{};
+  a.Qt = dQt.p, a.c = dc.p, a.k_pe = dkpe.p, a.lse = dlse.p, a.indices = didx.p;
+  a.q_I = q_I.p, a.w = w.p, a.k_I = k_I.p, a.rows = rows.view();
+  a.Tq = Tp, a.Tp = Tp, a.H = int(d.H), a.C = int(d.C), a.R = int(d.R), a.HI = int(d.HI), a.DI = int(d.DI), a.K = K;
+  a.softmax_scale = float(p.softmax_scale);
+  a.relu = c.relu, a.dense = c.mode == LossMode::dense;
+  a.coeff_over_N = float(p.coeff / std::max<double>(1.0, double(L.counted_rows())));
+  a.counted = dcounted.p;
+  a.kl = kl.p, a.dq_I = dq_I.p, a.dk_I = dk_I.p, a.dw = dw.p;
+  indexer_loss(a, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "indexer_loss");
+
+  EXPECT_TRUE(parity("kl", kl.download(), E.kl, Lw.kl, 2.0));
+  EXPECT_TRUE(parity("dq_I", bf16_rounded(dq_I.download()), E.dq_I, Lw.dq_I, 3.0));
+  EXPECT_TRUE(parity("dk_I", bf16_rounded(dk_I.download()), E.dk_I, Lw.dk_I, 3.0));
+  EXPECT_TRUE(parity("dw", bf16_rounded(dw.download()), E.dw, Lw.dw, 3.0));
+}
+
+TEST(FusedIndexerLoss, SparseOddShapes) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::sparse, true, PadRows::attend, false, 1});
+  check_loss({{9, 23}, dims(5, 33, 7, 2, 9), 6, LossMode::sparse, false, PadRows::masked, true, 2});
+  check_loss({{130, 70}, dims(17, 24, 8, 18, 130), 150, LossMode::sparse, true, PadRows::masked, true, 3});
+}
+
+TEST(FusedIndexerLoss, DenseOddShapes) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::dense, true, PadRows::masked, false, 4});
+  check_loss({{200, 90}, dims(6, 16, 16, 4, 32), 8, LossMode::dense, false, PadRows::attend, false, 5});
+}
+
+TEST(FusedIndexerLoss, ProductionLike) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_loss({{180, 140}, dims(128, 512, 64, 64, 128), 64, LossMode::sparse, true, PadRows::masked, true, 6});
+  check_loss({{300}, dims(64, 512, 64, 32, 128), 200, LossMode::sparse, true, PadRows::attend, false, 7});
+  check_loss({{150, 40}, dims(128, 512, 64, 64, 128), 64, LossMode::dense, true, PadRows::attend, false, 8});
+}
+
+}  // namespace
+}  // namespace dsa::fused::testing
