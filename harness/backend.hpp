@@ -6,6 +6,7 @@
 #include <string>
 
 #include "harness/case.hpp"
+#include "reference/plant.hpp"
 #include "reference/result.hpp"
 
 namespace dsa {
@@ -32,6 +33,14 @@ struct BackendOptions {
 // reference | lowp | cuda | auto | mutant:NAME | exec:CMD. Throws InvalidInput for an unknown
 // name and Unavailable when the environment cannot run it (e.g. cuda without a device).
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt = {});
+
+// The CPU reference as a backend (harness/backend_reference.cpp): exact runs globally (run_core),
+// bf16 runs rank by rank (run_core_sharded), optionally with a planted bug. Named `name`.
+std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision,
+                                                Plant plant = Plant::none);
+
+// An external implementation behind the exec:CMD protocol (harness/backend_exec.cpp, README).
+std::unique_ptr<Backend> make_exec_backend(const std::string& command, const BackendOptions& opt);
 
 // The fused kernels (harness/backend_cuda.cpp). Throws Unavailable when built without CUDA or
 // when no device is present.

@@ -1,0 +1,45 @@
+// The reference as a backend: `reference` (exact, global), `lowp` (bf16 policy, rank by rank) and
+// `mutant:NAME` (lowp with one planted bug).
+#include <chrono>
+
+#include "harness/backend.hpp"
+#include "reference/core.hpp"
+
+namespace dsa {
+
+namespace {
+
+class ReferenceBackend final : public Backend {
+ public:
+  ReferenceBackend(std::string name, Precision precision, Plant plant)
+      : name_(std::move(name)), precision_(precision), plant_(plant) {}
+
+  std::string name() const override { return name_; }
+
+  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+    RunOptions opt;
+    opt.precision = precision_;
+    opt.attention_indices = injected;
+    opt.plant = plant_;
+    const auto t0 = std::chrono::steady_clock::now();
+    BackendRun r;
+    // The exact oracle runs globally; the low-precision one executes rank by rank like a fused
+    // backend would, so CP planted bugs (layout, reduce-scatter, per-rank means) can act.
+    r.result = precision_ == Precision::exact ? run_core(c.problem, in, opt) : run_core_sharded(c.problem, in, opt);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+ private:
+  std::string name_;
+  Precision precision_;
+  Plant plant_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision, Plant plant) {
+  return std::make_unique<ReferenceBackend>(name, precision, plant);
+}
+
+}  // namespace dsa

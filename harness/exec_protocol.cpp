@@ -1,0 +1,146 @@
+#include "harness/exec_protocol.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include "reference/errors.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa::exec {
+
+namespace {
+
+StreamLayout layout_of(const Case& c) {
+  return make_layout(c.problem.seqlens, c.problem.cp, c.problem.pad_rows);
+}
+
+TensorI to_tensor(const std::vector<int64_t>& v) {
+  TensorI t({int64_t(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data[i] = int32_t(v[i]);
+  return t;
+}
+
+}  // namespace
+
+const std::vector<std::string>& output_names() {
+  static const std::vector<std::string> n = {"scores", "topk",    "O",     "O_lat", "lse",   "kl",
+                                             "loss",   "dq_nope", "dq_pe", "dW_UK", "dW_UV", "dc",
+                                             "dk_pe",  "dq_I",    "dk_I",  "dw"};
+  return n;
+}
+
+Shape output_shape(const std::string& n, const Problem& p, int64_t tp) {
+  const Dims& d = p.dims;
+  if (n == "scores") return {tp, tp};
+  if (n == "topk") return {tp, topk_width(p.topk, tp)};
+  if (n == "O") return {tp, d.H, d.Dv};
+  if (n == "O_lat") return {tp, d.H, d.C};
+  if (n == "lse") return {tp, d.H};
+  if (n == "kl") return {tp};
+  if (n == "loss") return {1};
+  if (n == "dq_nope") return {tp, d.H, d.Dn};
+  if (n == "dq_pe") return {tp, d.H, d.R};
+  if (n == "dW_UK") return {d.H, d.Dn, d.C};
+  if (n == "dW_UV") return {d.H, d.Dv, d.C};
+  if (n == "dc") return {tp, d.C};
+  if (n == "dk_pe") return {tp, d.R};
+  if (n == "dq_I") return {tp, d.HI, d.DI};
+  if (n == "dk_I") return {tp, d.DI};
+  if (n == "dw") return {tp, d.HI};
+  throw std::invalid_argument("not an output: " + n);
+}
+
+st::File inputs_file(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) {
+  const StreamLayout L = layout_of(c);
+  st::File f;
+  in.for_each([&](const std::string& n, const TensorD& t) { f.tensors[n] = st::from_doubles(t, st::DType::BF16); });
+  f.tensors["cu_padded"] = st::from_ints(to_tensor(L.cu));
+  TensorI real({L.tp});
+  for (int64_t g = 0; g < L.tp; ++g) real.data[g] = L.is_real(g);
+  f.tensors["real"] = st::from_ints(real);
+  if (injected) f.tensors["indices"] = st::from_ints(*injected);
+  f.metadata["format"] = "dsa-parity/exec-inputs/v1";
+  f.metadata["case"] = describe(c);
+  return f;
+}
+
+void write_inputs(const std::string& folder, const Case& c, const Inputs& in, const std::optional<TensorI>& injected) {
+  save_case(c, folder + "/case.json");
+  st::write_file(folder + "/inputs.safetensors", inputs_file(c, in, injected));
+}
+
+FolderInputs read_inputs(const std::string& folder) {
+  FolderInputs r{load_case(folder + "/case.json"), {}, std::nullopt};
+  const std::string path = folder + "/inputs.safetensors";
+  const st::File f = st::read_file(path);
+  const StreamLayout L = layout_of(r.c);
+  auto get = [&](const std::string& n) -> const st::Entry& {
+    auto it = f.tensors.find(n);
+    if (it == f.tensors.end()) throw std::runtime_error(path + ": input '" + n + "' is missing");
+    return it->second;
+  };
+  r.in.for_each([&](const std::string& n, TensorD& t) { t = st::to_doubles(get(n), path + ": " + n); });
+  try {
+    check_shapes(r.in, r.c.problem.dims, L.tp);
+  } catch (const InvalidInput& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  if (f.tensors.count("indices")) {
+    r.injected = st::to_ints(get("indices"), path + ": indices");
+    const Shape want{L.tp, topk_width(r.c.problem.topk, L.tp)};
+    if (r.injected->shape != want)
+      throw std::runtime_error(path + ": indices has shape " + shape_str(r.injected->shape) + ", expected " +
+                               shape_str(want));
+  }
+  return r;
+}
+
+st::File outputs_file(const Result& r, FloatOut policy) {
+  st::File f;
+  auto put = [&](const std::string& n, const TensorD& t) {
+    if (t.empty()) return;
+    bool f32 = policy == FloatOut::f32_when_exact;
+    for (size_t i = 0; f32 && i < t.data.size(); ++i)
+      f32 = std::isnan(t.data[i]) || double(float(t.data[i])) == t.data[i];
+    f.tensors[n] = st::from_doubles(t, f32 ? st::DType::F32 : st::DType::F64);
+  };
+  if (r.scores) put("scores", *r.scores);
+  if (!r.topk.empty()) f.tensors["topk"] = st::from_ints(r.topk);
+  r.for_each_float(put);
+  f.metadata["format"] = "dsa-parity/exec-outputs/v1";
+  return f;
+}
+
+Result read_outputs(const std::string& path, const Case& c) {
+  if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": the command wrote no outputs file");
+  const st::File f = st::read_file(path);
+  const int64_t tp = layout_of(c).tp;
+  Result r;
+  for (auto& [n, e] : f.tensors) {
+    const auto& names = output_names();
+    if (std::find(names.begin(), names.end(), n) == names.end()) {
+      std::string all;
+      for (auto& x : names) all += (all.empty() ? "" : ", ") + x;
+      throw std::runtime_error(path + ": unknown output '" + n + "' (outputs are " + all + ")");
+    }
+    const Shape want = output_shape(n, c.problem, tp);
+    if (e.shape != want)
+      throw std::runtime_error(path + ": output '" + n + "' has shape " + shape_str(e.shape) + ", expected " +
+                               shape_str(want));
+    const std::string what = path + ": output '" + n + "'";
+    if (n == "topk") {
+      r.topk = st::to_ints(e, what);
+    } else if (n == "scores") {
+      r.scores = st::to_doubles(e, what);
+    } else {
+      r.for_each_float([&](const std::string& m, TensorD& t) {
+        if (m == n) t = st::to_doubles(e, what);
+      });
+    }
+  }
+  return r;
+}
+
+}  // namespace dsa::exec

@@ -1,0 +1,48 @@
+// The exec:CMD protocol (README "External backends"): the harness writes FOLDER/case.json and
+// FOLDER/inputs.safetensors, runs `CMD FOLDER`, and reads FOLDER/outputs.safetensors.
+//
+// inputs.safetensors: the ten inputs of SPEC.md §0 in BF16 (q_nope … dO), I32 cu_padded
+// [segments+1] (segment starts of the padded stream, the contiguous layout's trailing pad segment
+// included), I32 real [Tp] (1 for real rows, 0 for pad rows), and I32 indices [Tp, K'] when the
+// case injects the attention's indices. outputs.safetensors: any of output_names(), rows in global
+// stream order; topk I32, every other output F32, BF16 or F64. A missing output is not checked.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/case.hpp"
+#include "harness/safetensors.hpp"
+#include "reference/result.hpp"
+
+namespace dsa::exec {
+
+// scores, topk, O, O_lat, lse, kl, loss, then the gradients (Result's names).
+const std::vector<std::string>& output_names();
+// The shape an output must have; K' = topk_width(K, Tp).
+Shape output_shape(const std::string& name, const Problem& p, int64_t tp);
+
+st::File inputs_file(const Case& c, const Inputs& in, const std::optional<TensorI>& injected);
+// FOLDER/case.json and FOLDER/inputs.safetensors.
+void write_inputs(const std::string& folder, const Case& c, const Inputs& in, const std::optional<TensorI>& injected);
+
+struct FolderInputs {
+  Case c;
+  Inputs in;
+  std::optional<TensorI> injected;
+};
+// Reads what write_inputs wrote (the exec-worker side). InvalidInput for a bad case.json,
+// std::runtime_error for a malformed or inconsistent inputs.safetensors.
+FolderInputs read_inputs(const std::string& folder);
+
+enum class FloatOut {
+  f32_when_exact,  // F32 for every tensor whose values are all floats, else F64 (lossless)
+  f64,             // always F64 (the exact reference's outputs)
+};
+st::File outputs_file(const Result& r, FloatOut policy);
+// Parses an outputs file against the case: unknown names, wrong dtypes and wrong shapes are
+// std::runtime_error; outputs not in the file stay empty in the Result.
+Result read_outputs(const std::string& path, const Case& c);
+
+}  // namespace dsa::exec

@@ -1,0 +1,124 @@
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "harness/safetensors.hpp"
+
+namespace dsa::st {
+namespace {
+
+std::vector<uint8_t> with_header(const std::string& header, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> b(8);
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  b.insert(b.end(), header.begin(), header.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+std::vector<uint8_t> f32_bytes(std::initializer_list<float> v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), std::data(v), b.size());
+  return b;
+}
+
+void expect_malformed(const std::vector<uint8_t>& bytes, const std::string& phrase) {
+  try {
+    parse(bytes, "test.safetensors");
+    ADD_FAILURE() << "accepted; expected: " << phrase;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+// A file as the Python safetensors package writes it.
+TEST(Safetensors, ReadsAHandWrittenFile) {
+  const auto b = with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})",
+                             f32_bytes({1.5f, -2.0f}));
+  const File f = parse(b);
+  ASSERT_EQ(f.tensors.size(), 1u);
+  const TensorD a = to_doubles(f.tensors.at("a"), "a");
+  EXPECT_EQ(a.shape, (Shape{2}));
+  EXPECT_EQ(a.data, (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(f.metadata.at("k"), "v");
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeExactly) {
+  TensorD x({2, 3});
+  x.data = {1.0, -0.0078125, 3.140625, INFINITY, -INFINITY, NAN};  // bf16 values
+  TensorD y({3});
+  y.data = {0.1, -1e300, 5e-324};  // only F64 holds these
+  TensorI i({2, 2});
+  i.data = {-1, INT32_MIN, INT32_MAX, 7};
+  File f;
+  f.tensors["x_bf16"] = from_doubles(x, DType::BF16);
+  f.tensors["x_f32"] = from_doubles(x, DType::F32);
+  f.tensors["y_f64"] = from_doubles(y, DType::F64);
+  f.tensors["i"] = from_ints(i);
+  f.tensors["empty"] = from_doubles(TensorD({0, 4}), DType::F32);
+  f.metadata["format"] = "test";
+  const auto path = (std::filesystem::temp_directory_path() / "dsa_st_roundtrip.safetensors").string();
+  write_file(path, f);
+  const File g = read_file(path);
+  std::filesystem::remove(path);
+  const auto bytes = serialize(f);
+  uint64_t hlen;
+  std::memcpy(&hlen, bytes.data(), 8);
+  EXPECT_EQ(hlen % 8, 0u);  // data aligned to 8 bytes
+  EXPECT_EQ(g.metadata, f.metadata);
+  ASSERT_EQ(g.tensors.size(), f.tensors.size());
+  for (auto& [n, e] : f.tensors) {
+    EXPECT_EQ(g.tensors.at(n).bytes, e.bytes) << n;
+    EXPECT_EQ(g.tensors.at(n).shape, e.shape) << n;
+    EXPECT_EQ(g.tensors.at(n).dtype, e.dtype) << n;
+  }
+  for (const char* n : {"x_bf16", "x_f32"}) {
+    const TensorD back = to_doubles(g.tensors.at(n), n);
+    for (int k = 0; k < 5; ++k) EXPECT_EQ(back.data[k], x.data[k]) << n << k;
+    EXPECT_TRUE(std::isnan(back.data[5])) << n;
+  }
+  EXPECT_EQ(to_doubles(g.tensors.at("y_f64"), "y").data, y.data);
+  EXPECT_EQ(to_ints(g.tensors.at("i"), "i").data, i.data);
+  EXPECT_THROW(to_ints(g.tensors.at("x_f32"), "x"), std::runtime_error);
+  EXPECT_THROW(to_doubles(g.tensors.at("i"), "i"), std::runtime_error);
+}
+
+TEST(Safetensors, Bf16RoundsToNearestEven) {
+  TensorD x({2});
+  x.data = {1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8};
+  const TensorD back = to_doubles(from_doubles(x, DType::BF16), "x");
+  EXPECT_EQ(back.data, (std::vector<double>{1.0, 1.0 + 0x1p-6}));
+}
+
+TEST(Safetensors, RefusesMalformedFiles) {
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  expect_malformed({1, 2, 3}, "shorter than the 8-byte header length");
+  auto b = with_header(ok, f32_bytes({1, 2}));
+  b[0] = 0xff;
+  expect_malformed(b, "exceeds the file size");
+  expect_malformed(with_header("{\"a\":", {}), "header is not valid JSON");
+  expect_malformed(with_header("[1,2]", {}), "header is not a JSON object");
+  expect_malformed(with_header(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", f32_bytes({1})),
+                   "supported: BF16, F32, F64, I32");
+  expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f32_bytes({1, 2})),
+                   "holds 8 bytes, its dtype and shape need 12");
+  expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", f32_bytes({1, 2})),
+                   "fall outside");
+  expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                               f32_bytes({1, 2})),
+                   "overlap");
+  expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", f32_bytes({1, 2})),
+                   "not a non-negative integer");
+  expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[2]}})", f32_bytes({1, 2})),
+                   "needs dtype, shape and data_offsets");
+  expect_malformed(with_header(R"({"__metadata__":{"k":3}})", {}), "__metadata__.k is not a string");
+  EXPECT_THROW(read_file("/nonexistent/x.safetensors"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace dsa::st

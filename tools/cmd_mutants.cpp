@@ -1,0 +1,30 @@
+// dsa-parity mutants: the planted bugs of the mutant:NAME backends, one line each.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/plant.hpp"
+#include "tools/args.hpp"
+#include "tools/command.hpp"
+
+namespace dsa::cli {
+namespace {
+
+int run(int argc, char** argv) {
+  Args a(argc, argv, {}, {"json"});
+  a.expect_positional({});
+  if (a.has("json")) {
+    nlohmann::json j = nlohmann::json::array();
+    for (auto& p : all_plants()) j.push_back({{"name", p.name}, {"backend", std::string("mutant:") + p.name}, {"breaks", p.breaks}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  for (auto& p : all_plants()) std::printf("%-30s %s\n", p.name, p.breaks);
+  std::printf("\n%zu mutants; run one with --backend mutant:NAME (lowp with that bug planted)\n", all_plants().size());
+  return 0;
+}
+
+RegisterCommand reg({"mutants", "[--json]", "list the planted bugs (backends mutant:NAME) and what each breaks", run});
+
+}  // namespace
+}  // namespace dsa::cli
