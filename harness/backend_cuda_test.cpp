@@ -1,0 +1,148 @@
+// The `cuda` backend end to end through the harness's one comparison routine (run_case: exact and
+// lowp oracles, SPEC.md §9): odd shapes, production-like shapes, CP on the local communicator,
+// adversarial inputs. Without a device the GPU tests skip and the backend must refuse (exit 3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/backend.hpp"
+#include "harness/generate.hpp"
+#include "harness/run_case.hpp"
+#include "reference/errors.hpp"
+
+#ifdef DSA_HAVE_CUDA
+#include "fused/run.hpp"
+#endif
+
+namespace dsa {
+namespace {
+
+Case make_case(std::vector<int64_t> seqlens, int64_t cp, Layout layout, Dims d, int64_t k, uint64_t seed) {
+  Case c;
+  c.seed = seed;
+  c.problem.seqlens = std::move(seqlens);
+  c.problem.cp.size = cp;
+  c.problem.cp.layout = layout;
+  c.problem.dims = d;
+  c.problem.topk = k;
+  c.problem.softmax_scale = 1.0 / std::sqrt(double(d.Dn + d.R));
+  return c;
+}
+
+std::string failures(const CaseVerdict& v) {
+  std::string s = v.verdict + ": " + v.message;
+  for (const auto& ch : v.checks)
+    if (ch.failed())
+      s += "\n  " + ch.stage + "/" + ch.tensor + " " + ch.failure + " e_f=" + std::to_string(ch.e_f) +
+           " e_l=" + std::to_string(ch.e_l) + " " + ch.detail;
+  return s;
+}
+
+TEST(CudaBackend, RefusesWithoutDevice) {
+  if (cuda_device_present()) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW(make_cuda_backend(BackendOptions{}), Unavailable);
+}
+
+class CudaCases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: the cuda backend runs only on a GPU";
+    backend = make_cuda_backend(BackendOptions{"local"});
+  }
+  void expect_pass(const Case& c) {
+    const CaseVerdict v = run_case(c, *backend);
+    EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+  }
+  std::unique_ptr<Backend> backend;
+};
+
+TEST_F(CudaCases, OddShapes) {
+  expect_pass(make_case({5, 11}, 1, Layout::zigzag, Dims{3, 5, 8, 40, 7, 2, 16}, 5, 1));
+  expect_pass(make_case({17, 0, 9}, 1, Layout::contiguous, Dims{1, 4, 3, 17, 5, 1, 8}, 9, 2));
+  expect_pass(make_case({5, 11}, 2, Layout::zigzag, Dims{4, 16, 8, 32, 16, 2, 16}, 8, 3));
+  expect_pass(make_case({13, 1, 30}, 4, Layout::contiguous, Dims{5, 8, 16, 48, 8, 3, 32}, 16, 4));
+}
+
+TEST_F(CudaCases, MaskedPadsPoisonedKeysAndInjectedIndices) {
+  Case c = make_case({7, 12, 3}, 2, Layout::zigzag, Dims{4, 16, 8, 32, 16, 2, 16}, 8, 5);
+  c.problem.pad_rows = PadRows::masked;
+  c.init.poison_pad_keys = true;
+  c.init.inject_indices = true;
+  expect_pass(c);
+  Case t = make_case({40}, 1, Layout::zigzag, Dims{2, 8, 8, 16, 8, 1, 16}, 16, 6);
+  t.init.score_ties = true;
+  t.init.zero_rows = true;
+  t.init.large_logits = true;
+  t.problem.loss = LossMode::dense;
+  expect_pass(t);
+}
+
+TEST_F(CudaCases, ProductionLikeShapes) {
+  expect_pass(make_case({200, 57}, 2, Layout::zigzag, Dims{128, 128, 64, 512, 128, 64, 128}, 64, 7));
+  expect_pass(make_case({150}, 1, Layout::contiguous, Dims{64, 192, 64, 512, 256, 32, 128}, 2048, 8));
+}
+
+TEST_F(CudaCases, SmokeProfile) {
+  for (int i = 0; i < 12; ++i) {
+    const Case c = random_case("smoke", 42, i);
+    const CaseVerdict v = run_case(c, *backend);
+    if (c.problem.path == Path::explicit_)
+      EXPECT_EQ(v.verdict, "cannot-run") << "explicit path must be reported not run, never a pass";
+    else
+      EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+  }
+}
+
+#ifdef DSA_HAVE_CUDA
+// CP ranks on the local communicator give the same result as one rank: same padded stream
+// (pad_multiple 16 for every cp), so only the summation order of key and weight gradients differs.
+TEST(LocalCommunicator, CpRanksOnOneGpuEqualCp1) {
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: the cuda backend runs only on a GPU";
+  Case c = make_case({21, 9, 30}, 1, Layout::zigzag, Dims{4, 16, 8, 64, 16, 2, 32}, 12, 11);
+  c.problem.cp.pad_multiple = 16;
+  const Inputs in = generate_inputs(c);
+  fused::FusedOptions opt;
+  opt.comm = fused::CommKind::local;
+  const Result one = fused::run_fused(c.problem, in, opt);
+  for (int64_t cp : {2, 4, 8}) {
+    Problem p = c.problem;
+    p.cp.size = cp;
+    const Result many = fused::run_fused(p, in, opt);
+    EXPECT_EQ(many.topk.data, one.topk.data) << "cp=" << cp;
+    one.for_each_float([&](const std::string& name, const TensorD& a) {
+      TensorD b;
+      many.for_each_float([&](const std::string& n2, const TensorD& t) {
+        if (n2 == name) b = t;
+      });
+      ASSERT_EQ(a.shape, b.shape) << name;
+      double mx = 0, diff = 0;
+      for (int64_t i = 0; i < a.size(); ++i) {
+        if (std::isinf(a.data[i])) {
+          EXPECT_EQ(a.data[i], b.data[i]) << name;
+          continue;
+        }
+        mx = std::max(mx, std::fabs(a.data[i]));
+        diff = std::max(diff, std::fabs(a.data[i] - b.data[i]));
+      }
+      // One bf16 ulp of the largest element: a different fp32 summation order may flip a rounding.
+      EXPECT_LE(diff, mx * std::ldexp(1.0, -7) + 1e-30) << name << " cp=" << cp;
+    });
+  }
+}
+
+TEST(CudaBackendApi, ExplicitPathIsUnavailable) {
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  Case c = make_case({8}, 1, Layout::zigzag, Dims{}, 4, 1);
+  c.problem.path = Path::explicit_;
+  EXPECT_THROW(fused::run_fused(c.problem, generate_inputs(c)), Unavailable);
+}
+
+TEST(CudaBackendApi, CommNames) {
+  EXPECT_EQ(fused::parse_comm("local"), fused::CommKind::local);
+  EXPECT_EQ(fused::parse_comm("nccl"), fused::CommKind::nccl);
+  EXPECT_THROW(fused::parse_comm("mpi"), InvalidInput);
+}
+#endif
+
+}  // namespace
+}  // namespace dsa
