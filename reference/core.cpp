@@ -572,7 +572,12 @@ void place_rows(const Tensor<T>& local, const std::vector<int64_t>& rows, Tensor
 Result assemble(const StreamLayout& L, const std::vector<RankOutput>& ranks,
                 const std::vector<std::vector<int64_t>>& own_rows) {
   Result r;
-  auto global_rows = [&](const TensorD& t) { Shape s = t.shape; s[0] = L.tp; return TensorD(s); };
+  auto global_rows = [&](const TensorD& t) {
+    if (t.shape.empty()) return TensorD();  // a stage not run (attention_backward = false)
+    Shape s = t.shape;
+    s[0] = L.tp;
+    return TensorD(s);
+  };
   const RankOutput& r0 = ranks[0];
   if (!r0.scores.data.empty()) r.scores = TensorD({L.tp, L.tp}, kNegInf);
   r.topk = TensorI({L.tp, r0.topk.shape[1]}, -1);
