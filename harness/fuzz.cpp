@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "harness/bucket.hpp"
@@ -90,13 +91,15 @@ std::string shrunk_path(const std::string& regressions_dir, const std::string& o
   return (fs::path(out_dir) / ("shrunk-" + stem + ".json")).string();
 }
 
+// Shrinks c and writes the result to path_of(bucket of the shrunk case).
 ShrinkRecord shrink_and_save(const Case& c, const CaseVerdict& v, Backend& b, double budget_s,
-                             const std::string& path, const std::string& origin) {
+                             const std::function<std::string(const std::string&)>& path_of, const std::string& origin) {
   ShrinkOptions so;
   so.time_budget_s = budget_s;
   ShrinkResult s = shrink_case(c, v, b, so);
   Case out = s.shrunk;
   out.note = "shrunk from " + origin + " (" + describe(c) + "); bucket " + s.verdict.bucket;
+  const std::string path = path_of(s.verdict.bucket);
   fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
   save_case(out, path);
@@ -138,7 +141,7 @@ int run_session(const SessionOptions& o) {
   Progress progress(o.progress, total, o.time_budget_s);
 
   std::vector<CaseRecord> records;
-  std::set<std::string> shrunk_buckets;
+  std::set<std::string> shrunk_keys;
   int64_t failures = 0;
 
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file) {
@@ -165,9 +168,11 @@ int run_session(const SessionOptions& o) {
       progress.finish();
       std::printf("FAIL %s\n  case %lld (%s): %s\n  %s\n  repro: %s\n", r.v.bucket.c_str(), (long long)r.index,
                   origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro.c_str());
-      if (o.shrink && shrunk_buckets.insert(r.v.bucket).second) {
-        const std::string path = shrunk_path(o.regressions_dir, out_dir, bname, r.v.bucket);
-        r.shrunk = shrink_and_save(c, r.v, *backend, defaults.shrink_budget_s, path, r.case_file);
+      // One shrink per failure (stage, tensor, class): the feature tags vary from case to case but
+      // shrinking drops them anyway.
+      if (o.shrink && shrunk_keys.insert(r.v.stage + "/" + r.v.tensor + "/" + r.v.failure).second) {
+        auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
+        r.shrunk = shrink_and_save(c, r.v, *backend, defaults.shrink_budget_s, path_of, r.case_file);
         std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
                     r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
       }
@@ -229,11 +234,12 @@ int run_shrink(const std::string& file, const std::string& backend_spec, const B
   }
   std::printf("FAIL %s\n  %s\n  %s\n", v.bucket.c_str(), describe(c).c_str(), v.message.c_str());
   const std::string corpus = default_corpus();
-  const std::string path =
-      !out.empty() ? out
-                   : shrunk_path(corpus.empty() ? "cases/regressions" : corpus + "/regressions", output_dir(""),
-                                 backend->name(), v.bucket);
-  ShrinkRecord s = shrink_and_save(c, v, *backend, budget_s, path, file);
+  auto path_of = [&](const std::string& bucket) {
+    if (!out.empty()) return out;
+    return shrunk_path(corpus.empty() ? "cases/regressions" : corpus + "/regressions", output_dir(""), backend->name(),
+                       bucket);
+  };
+  ShrinkRecord s = shrink_and_save(c, v, *backend, budget_s, path_of, file);
   std::printf("shrunk in %lld runs (%.1f s): %s\n  bucket %s\n  wrote %s\n  repro: %s\n", (long long)s.runs, s.seconds,
               describe(s.shrunk).c_str(), s.bucket.c_str(), s.file.c_str(),
               repro_command(s.file, backend->name()).c_str());

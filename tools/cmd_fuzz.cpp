@@ -1,0 +1,49 @@
+// dsa-parity fuzz: the corpus, then seeded random cases of a profile, through one backend.
+#include <cmath>
+
+#include "harness/fuzz.hpp"
+#include "reference/errors.hpp"
+#include "tools/args.hpp"
+#include "tools/command.hpp"
+
+namespace dsa::cli {
+namespace {
+
+int run(int argc, char** argv) {
+  Args a(argc, argv, {"backend", "seed", "cases", "time-budget", "profile", "report", "junit", "corpus", "comm"},
+         {"shrink"});
+  a.expect_positional({});
+  SessionOptions o;
+  o.command = "fuzz";
+  for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
+  o.backend = a.get_or("backend", "auto");
+  o.backend_opt.comm = a.get_or("comm", "auto");
+  o.seed = static_cast<uint64_t>(a.get_int("seed", 1, 0));
+  o.profile = a.get_or("profile", "default");
+  if (a.get("cases")) o.cases = a.get_int("cases", 0, 0);
+  if (a.get("time-budget")) {
+    const double t = a.get_double("time-budget", 0);
+    require(std::isfinite(t) && t > 0, "--time-budget", "must be a number of seconds > 0");
+    o.time_budget_s = t;
+  }
+  o.report = a.get_or("report", "");
+  o.junit = a.get_or("junit", "");
+  o.shrink = a.has("shrink");
+  // The corpus is replayed first; "none" skips it. Shrunk cases of real backends go to its regressions/.
+  std::string corpus = a.get_or("corpus", default_corpus());
+  if (corpus == "none") corpus.clear();
+  if (!corpus.empty()) {
+    o.case_files = corpus_files(corpus, "--corpus");
+    o.regressions_dir = corpus + "/regressions";
+  }
+  return run_session(o);
+}
+
+RegisterCommand reg({"fuzz",
+                     "[--backend B] [--seed S] [--cases N | --time-budget SEC] [--profile smoke|default|nightly|production] "
+                     "[--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] [--comm nccl|local|auto]",
+                     "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
+                     run});
+
+}  // namespace
+}  // namespace dsa::cli
