@@ -28,6 +28,7 @@ struct LossCase {
   PadRows pad = PadRows::attend;
   bool inject = false;  // invalid and non-causal indices in the attention's rows
   uint64_t seed = 1;
+  double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, where φ'(0) matters
 };
 
 Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
@@ -48,7 +49,10 @@ void check_loss(const LossCase& c) {
   p.pad_rows = c.pad;
   p.loss = c.mode;
   const StreamLayout L = dsa::test::layout_of(p);
-  const Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
+  Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
+  for (int64_t t = 0; t < L.tp; ++t)
+    if (std::fmod(t * 0.618034, 1.0) < c.zero_k_rows)
+      for (int64_t j = 0; j < d.DI; ++j) in.k_I.at(t, j) = 0.0;
   const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
 
   // The attention's indices: the exact indexer's top-k, optionally with adversarial slots.
@@ -113,7 +117,7 @@ void check_loss(const LossCase& c) {
 
 TEST(FusedIndexerLoss, SparseOddShapes) {
   DSA_SKIP_WITHOUT_GPU();
-  check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::sparse, true, PadRows::attend, false, 1});
+  check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::sparse, true, PadRows::attend, false, 1, 0.3});
   check_loss({{9, 23}, dims(5, 33, 7, 2, 9), 6, LossMode::sparse, false, PadRows::masked, true, 2});
   check_loss({{130, 70}, dims(17, 24, 8, 18, 130), 150, LossMode::sparse, true, PadRows::masked, true, 3});
 }
@@ -122,6 +126,7 @@ TEST(FusedIndexerLoss, DenseOddShapes) {
   DSA_SKIP_WITHOUT_GPU();
   check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::dense, true, PadRows::masked, false, 4});
   check_loss({{200, 90}, dims(6, 16, 16, 4, 32), 8, LossMode::dense, false, PadRows::attend, false, 5});
+  check_loss({{60, 33}, dims(4, 24, 8, 5, 16), 8, LossMode::dense, true, PadRows::masked, false, 9, 0.3});
 }
 
 TEST(FusedIndexerLoss, ProductionLike) {
