@@ -1,0 +1,261 @@
+// GPU benchmarks of the fused kernels (README "Benchmarks"): indexer + top-k, attention forward,
+// attention backward, indexer loss forward + backward, at DeepSeek-V3.2 and GLM-5 shapes with
+// S = 4096 and 16384, K = 2048; CUDA events after warm-up; TFLOP/s over causal-valid pairs.
+// The speed-up over the CPU reference: the reference is timed on a small stream (S = 256) and
+// scaled per (query, selected key) pair. Compiled only with CUDA; skipped without a device.
+#ifdef DSA_HAVE_CUDA
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "fused/api.cuh"
+#include "fused/attention.hpp"
+#include "fused/device.cuh"
+#include "fused/fill.hpp"
+#include "fused/run.hpp"
+#include "harness/generate.hpp"
+#include "reference/core.hpp"
+
+namespace dsa::bench {
+namespace {
+
+using fused::bf16;
+
+struct Model {
+  const char* name;
+  Dims d;
+};
+const Model kModels[] = {{"DeepSeek-V3.2", {128, 128, 64, 512, 128, 64, 128}},
+                         {"GLM-5", {64, 192, 64, 512, 256, 32, 128}}};
+constexpr int kTopK = 2048;
+
+void check(cudaError_t e) {
+  if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
+}
+
+template <class T>
+struct Buf {
+  T* p = nullptr;
+  explicit Buf(size_t n) { check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+};
+
+// One stream of S tokens (a single causal sequence, one rank) with every device tensor the four
+// stages need. Attention indices: row g selects min(K, g+1) keys spread evenly over [0, g].
+struct Workload {
+  int S, H, C, R, D, HI, DI, K;
+  double pairs = 0;  // Σ_g min(K, g+1): the causal-valid (query, key) pairs of the sparse stages
+  Buf<bf16> Qt, c, kpe, q_I, w, k_I, O_lat, dO_lat, dQt;
+  Buf<float> lse, delta, dK, kl, dq_I, dk_I, dw;
+  Buf<int32_t> row, kb, ke, idx, sel, cnt, topk;
+  Buf<uint8_t> counted;
+  cudaStream_t st = nullptr;
+
+  Workload(const Dims& d, int S_)
+      : S(S_), H((int)d.H), C((int)d.C), R((int)d.R), D(C + R), HI((int)d.HI), DI((int)d.DI), K(kTopK),
+        Qt((size_t)S * H * D), c((size_t)S * C), kpe((size_t)S * R), q_I((size_t)S * HI * DI), w((size_t)S * HI),
+        k_I((size_t)S * DI), O_lat((size_t)S * H * C), dO_lat((size_t)S * H * C), dQt((size_t)S * H * D),
+        lse((size_t)S * H), delta((size_t)S * H), dK((size_t)S * D), kl(S), dq_I((size_t)S * HI * DI),
+        dk_I((size_t)S * DI), dw((size_t)S * HI), row(S), kb(S), ke(S), idx((size_t)S * K), sel((size_t)S * K),
+        cnt(S), topk((size_t)S * K), counted(S) {
+    check(cudaStreamCreate(&st));
+    fused::fill_uniform_bf16(Qt.p, (int64_t)S * H * D, 1, 0.5f, st);
+    fused::fill_uniform_bf16(c.p, (int64_t)S * C, 2, 1.f, st);
+    fused::fill_uniform_bf16(kpe.p, (int64_t)S * R, 3, 1.f, st);
+    fused::fill_uniform_bf16(q_I.p, (int64_t)S * HI * DI, 4, 1.f, st);
+    fused::fill_uniform_bf16(w.p, (int64_t)S * HI, 5, 1.f, st);
+    fused::fill_uniform_bf16(k_I.p, (int64_t)S * DI, 6, 1.f, st);
+    fused::fill_uniform_bf16(dO_lat.p, (int64_t)S * H * C, 7, 1.f, st);
+    std::vector<int32_t> h_row(S), h_kb(S, 0), h_ke(S), h_idx((size_t)S * K, -1);
+    std::vector<uint8_t> h_counted(S, 1);
+    for (int g = 0; g < S; ++g) {
+      h_row[g] = g;
+      h_ke[g] = g + 1;
+      const int n = std::min(K, g + 1);
+      pairs += n;
+      for (int j = 0; j < n; ++j) h_idx[(size_t)g * K + j] = (int32_t)((int64_t)j * (g + 1) / n);
+    }
+    check(cudaMemcpy(row.p, h_row.data(), S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(kb.p, h_kb.data(), S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(ke.p, h_ke.data(), S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(idx.p, h_idx.data(), h_idx.size() * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(counted.p, h_counted.data(), S, cudaMemcpyHostToDevice));
+    fused::select_keys(fused::SelectArgs{idx.p, ranges(), S, S, K, sel.p, cnt.p}, st);
+    forward();
+    fused::attention_delta(dO_lat.p, O_lat.p, delta.p, (int64_t)S * H, C, st);
+    check(cudaStreamSynchronize(st));
+  }
+  ~Workload() { cudaStreamDestroy(st); }
+
+  fused::RowRanges ranges() const { return {row.p, kb.p, ke.p}; }
+  float scale() const { return 1.f / std::sqrt(192.f); }
+
+  void indexer() {
+    fused::indexer_topk(fused::IndexerArgs{q_I.p, w.p, k_I.p, ranges(), S, S, HI, DI, K, true, topk.p, nullptr}, st);
+  }
+  void forward() {
+    fused::attention_forward(
+        fused::AttnFwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, S, S, H, C, R, K, scale(), O_lat.p, lse.p}, st);
+  }
+  void backward() {
+    check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
+    fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
+                                                 R, K, scale(), dQt.p, dK.p},
+                              st);
+  }
+  void loss() {
+    fused::indexer_loss(fused::LossArgs{Qt.p, c.p, kpe.p, lse.p, sel.p, q_I.p, w.p, k_I.p, ranges(), S, S, H, C, R, HI,
+                                        DI, K, scale(), true, false, 1.f / S, counted.p, kl.p, dq_I.p, dk_I.p, dw.p},
+                        st);
+  }
+};
+
+// One workload alive at a time (S = 16384 at DeepSeek-V3.2 shape holds ~10 GB).
+Workload& workload(int model, int S) {
+  static std::unique_ptr<Workload> w;
+  static std::pair<int, int> key{-1, -1};
+  if (key != std::make_pair(model, S)) {
+    w.reset();
+    w = std::make_unique<Workload>(kModels[model].d, S);
+    key = {model, S};
+  }
+  return *w;
+}
+
+// FLOPs per causal-valid (query, key) pair, multiply-add = 2 (README "FLOP formulas").
+double flops_per_pair(const std::string& kernel, const Dims& d) {
+  const double D = double(d.C + d.R), C = double(d.C), H = double(d.H), I = double(d.HI * d.DI);
+  if (kernel == "indexer") return 2 * I;                        // u = q_I·k_I for every head
+  if (kernel == "forward") return 2 * H * (D + C);              // QKᵀ + PV
+  if (kernel == "backward") return 2 * H * (D + C + D + D + C); // QKᵀ, dP, dQ~, dK~, dV~
+  return 2 * H * D + 3 * 2 * I;                                 // loss: logits; u, dq_I, dk_I
+}
+
+// CPU reference time per (query, key) pair for the whole core, measured once per model at S = 256.
+double cpu_seconds_per_pair(int model) {
+  static std::map<int, double> cache;
+  auto it = cache.find(model);
+  if (it != cache.end()) return it->second;
+  Case c;
+  c.seed = 7;
+  c.problem.seqlens = {256};
+  c.problem.dims = kModels[model].d;
+  c.problem.topk = kTopK;
+  c.problem.softmax_scale = 1.0 / std::sqrt(192.0);
+  const Inputs in = generate_inputs(c);
+  RunOptions opt;
+  opt.precision = Precision::bf16;
+  const auto t0 = std::chrono::steady_clock::now();
+  run_core(c.problem, in, opt);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double pairs = 256.0 * 257.0 / 2.0;
+  return cache[model] = s / pairs;
+}
+
+void run_kernel(benchmark::State& state, const std::string& kernel) {
+  if (fused::device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int model = (int)state.range(0), S = (int)state.range(1);
+  Workload& w = workload(model, S);
+  auto step = [&] {
+    if (kernel == "indexer") w.indexer();
+    else if (kernel == "forward") w.forward();
+    else if (kernel == "backward") w.backward();
+    else w.loss();
+  };
+  // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
+  const double pairs = kernel == "indexer" ? double(S) * (S + 1) / 2 : w.pairs;
+  for (int i = 0; i < 2; ++i) step();  // warm-up
+  check(cudaStreamSynchronize(w.st));
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a));
+  check(cudaEventCreate(&b));
+  double total = 0;
+  for (auto _ : state) {
+    check(cudaEventRecord(a, w.st));
+    step();
+    check(cudaEventRecord(b, w.st));
+    check(cudaEventSynchronize(b));
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b));
+    state.SetIterationTime(ms / 1e3);
+    total += ms / 1e3;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const double per_iter = total / double(state.iterations());
+  state.counters["TFLOP/s"] = flops_per_pair(kernel, kModels[model].d) * pairs / per_iter / 1e12;
+  state.counters["pairs"] = pairs;
+  state.SetLabel(std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK));
+}
+
+// The four stages in sequence against the CPU reference's whole core, scaled per pair.
+void run_core_speedup(benchmark::State& state) {
+  if (fused::device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int model = (int)state.range(0), S = (int)state.range(1);
+  const double cpu = cpu_seconds_per_pair(model);
+  Workload& w = workload(model, S);
+  auto step = [&] {
+    w.indexer();
+    w.forward();
+    w.loss();
+    w.backward();
+  };
+  step();
+  check(cudaStreamSynchronize(w.st));
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    check(cudaStreamSynchronize(w.st));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double per_iter = total / double(state.iterations());
+  state.counters["cpu_ref_us_per_pair"] = cpu * 1e6;
+  state.counters["speedup_vs_cpu_ref"] = cpu * w.pairs / per_iter;
+  state.SetLabel(std::string(kModels[model].name) + " S=" + std::to_string(S) + " (CPU timed at S=256, scaled per pair)");
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  for (int m = 0; m < 2; ++m)
+    for (int S : {4096, 16384}) b->Args({m, S});
+  b->ArgNames({"model", "S"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+}
+
+void BM_FusedIndexerTopk(benchmark::State& s) { run_kernel(s, "indexer"); }
+void BM_FusedAttentionForward(benchmark::State& s) { run_kernel(s, "forward"); }
+void BM_FusedAttentionBackward(benchmark::State& s) { run_kernel(s, "backward"); }
+void BM_FusedLossForwardBackward(benchmark::State& s) { run_kernel(s, "loss"); }
+BENCHMARK(BM_FusedIndexerTopk)->Apply(shapes);
+BENCHMARK(BM_FusedAttentionForward)->Apply(shapes);
+BENCHMARK(BM_FusedAttentionBackward)->Apply(shapes);
+BENCHMARK(BM_FusedLossForwardBackward)->Apply(shapes);
+BENCHMARK(run_core_speedup)
+    ->Name("BM_FusedCoreVsCpuReference")
+    ->Args({0, 4096})
+    ->Args({1, 4096})
+    ->ArgNames({"model", "S"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+
+}  // namespace
+}  // namespace dsa::bench
+
+#endif  // DSA_HAVE_CUDA
