@@ -1,88 +1,17 @@
 #include "harness/report.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include <gtest/gtest.h>
 
 #include "harness/bucket.hpp"
+#include "harness/schema_check.hpp"
 
 namespace dsa {
 namespace {
 
 using nlohmann::json;
-
-// A validator for the subset of JSON Schema 2020-12 that report.schema.json uses: type, const, enum,
-// required, properties, additionalProperties: false, items, $ref (local), oneOf, minimum, minItems.
-// Returns the first violation as "path: rule", or "" when valid.
-struct MiniSchema {
-  json root;
-
-  const json& resolve(const json& s) const {
-    if (!s.contains("$ref")) return s;
-    std::string ref = s["$ref"];  // "#/$defs/name"
-    return root["$defs"][ref.substr(ref.rfind('/') + 1)];
-  }
-  static bool has_type(const json& v, const std::string& t) {
-    if (t == "object") return v.is_object();
-    if (t == "array") return v.is_array();
-    if (t == "string") return v.is_string();
-    if (t == "integer") return v.is_number_integer();
-    if (t == "number") return v.is_number();
-    if (t == "boolean") return v.is_boolean();
-    if (t == "null") return v.is_null();
-    return false;
-  }
-  std::string check(const json& v, const json& schema, const std::string& path) const {
-    const json& s = resolve(schema);
-    if (s.contains("type")) {
-      bool ok = false;
-      if (s["type"].is_array())
-        for (auto& t : s["type"]) ok = ok || has_type(v, t);
-      else
-        ok = has_type(v, s["type"]);
-      if (!ok) return path + ": type " + s["type"].dump() + ", got " + v.dump().substr(0, 80);
-    }
-    if (s.contains("const") && v != s["const"]) return path + ": const " + s["const"].dump();
-    if (s.contains("enum")) {
-      bool ok = false;
-      for (auto& e : s["enum"]) ok = ok || v == e;
-      if (!ok) return path + ": enum " + s["enum"].dump() + ", got " + v.dump();
-    }
-    if (s.contains("minimum") && v.is_number() && v.get<double>() < s["minimum"].get<double>())
-      return path + ": minimum";
-    if (s.contains("oneOf")) {
-      int matches = 0;
-      for (auto& alt : s["oneOf"]) matches += check(v, alt, path).empty();
-      if (matches != 1) return path + ": oneOf matched " + std::to_string(matches);
-    }
-    if (v.is_object()) {
-      for (auto& r : s.value("required", json::array()))
-        if (!v.contains(r.get<std::string>())) return path + ": required " + r.get<std::string>();
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        if (s.contains("properties") && s["properties"].contains(it.key())) {
-          std::string e = check(it.value(), s["properties"][it.key()], path + "." + it.key());
-          if (!e.empty()) return e;
-        } else if (s.contains("additionalProperties") && s["additionalProperties"] == false) {
-          return path + "." + it.key() + ": additional property";
-        }
-      }
-    }
-    if (v.is_array() && s.contains("items"))
-      for (size_t i = 0; i < v.size(); ++i) {
-        std::string e = check(v[i], s["items"], path + "[" + std::to_string(i) + "]");
-        if (!e.empty()) return e;
-      }
-    return "";
-  }
-};
-
-MiniSchema report_schema() {
-  std::ifstream f(DSA_SOURCE_DIR "/reports/schema/report.schema.json");
-  EXPECT_TRUE(f.good());
-  return {json::parse(f)};
-}
 
 Case small_case() {
   Case c;
@@ -149,7 +78,7 @@ TEST(Report, JsonMatchesTheSchema) {
   ctx.started = utc_now();
   ctx.exit_code = 1;
   const json r = report_json(ctx, sample_records());
-  EXPECT_EQ(report_schema().check(r, report_schema().root, "report"), "");
+  EXPECT_EQ(schema_violation(r, load_report_schema()), "");
   EXPECT_EQ(r["schema"], kReportSchema);
   EXPECT_EQ(r["summary"]["failed"], 2);
   EXPECT_EQ(r["summary"]["passed"], 1);
@@ -168,16 +97,19 @@ TEST(Report, SchemaValidatorRejectsABrokenReport) {
   RunContext ctx;
   ctx.command = "fuzz";
   json r = report_json(ctx, sample_records());
-  MiniSchema s = report_schema();
+  const json s = load_report_schema();
   json bad = r;
   bad["cases"][0]["verdict"] = "ok";
-  EXPECT_NE(s.check(bad, s.root, "report"), "");
+  EXPECT_EQ(schema_violation(bad, s), "$.cases[0].verdict: must be one of [\"pass\",\"fail\",\"not-run\",\"cannot-run\"], got \"ok\"");
   bad = r;
   bad["summary"].erase("buckets");
-  EXPECT_NE(s.check(bad, s.root, "report"), "");
+  EXPECT_EQ(schema_violation(bad, s), "$.summary.buckets: is required");
   bad = r;
   bad["cases"][1]["tensors"][0]["surprise"] = 1;
-  EXPECT_NE(s.check(bad, s.root, "report"), "");
+  EXPECT_EQ(schema_violation(bad, s), "$.cases[1].tensors[0].surprise: unknown field");
+  bad = r;
+  bad["cases"][1]["tensors"][0]["worst"]["g"] = 1.5;
+  EXPECT_NE(schema_violation(bad, s), "");
 }
 
 TEST(Report, JunitListsEveryCaseAndEscapes) {
