@@ -1,0 +1,237 @@
+// fuzz, repro, replay and shrink through the built binary, as a user (or CI) runs them: exit codes,
+// the report against its schema, JUnit, repro lines that work, shrunk cases that still fail.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/backend.hpp"
+#include "harness/case.hpp"
+#include "harness/schema_check.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kBin = DSA_PARITY_BIN;
+const std::string kSource = DSA_SOURCE_DIR;
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A fresh folder per test (ctest runs tests in parallel, each in its own process).
+std::string scratch() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path p = fs::temp_directory_path() /
+               ("dsa-cli-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// Runs `dsa-parity ARGS` (a shell fragment) in folder dir.
+Outcome dsa(const std::string& args, const std::string& dir) {
+  const std::string err = dir + "/stderr.txt";
+  const std::string line = "cd " + q(dir) + " && " + q(kBin) + " " + args + " 2>" + q(err);
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(line.c_str(), "r"), pclose);
+  Outcome r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) r.out.append(buf, n);
+  const int status = pclose(p.release());
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = slurp(err);
+  return r;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return json::parse(f);
+}
+
+int64_t count_files(const std::string& dir) {
+  int64_t n = 0;
+  for (auto& e : fs::recursive_directory_iterator(dir)) n += e.path().extension() == ".json";
+  return n;
+}
+
+TEST(Cli, SmokeFuzzOnLowpPassesAndWritesAValidReport) {
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend lowp --profile smoke --seed 1 --report r.json --junit j.xml", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(schema_violation(rep, load_report_schema()), "");
+  EXPECT_EQ(rep["schema"], "dsa-parity/report/v1");
+  EXPECT_EQ(rep["context"]["backend"], "lowp");
+  EXPECT_EQ(rep["context"]["master_seed"], 1);
+  EXPECT_EQ(rep["summary"]["failed"], 0);
+  EXPECT_EQ(rep["summary"]["exit_code"], 0);
+  // The corpus (cases/) is replayed first, edge/ before the rest, then the smoke profile's cases.
+  const int64_t corpus = count_files(kSource + "/cases");
+  ASSERT_GE(corpus, 15);
+  EXPECT_EQ(rep["summary"]["cases"].get<int64_t>(), corpus + 32);
+  EXPECT_NE(rep["cases"][0]["origin"].get<std::string>().find("/cases/edge/"), std::string::npos);
+  EXPECT_EQ(rep["cases"][corpus]["origin"], "random smoke seed 1 #0");
+  for (auto& c : rep["cases"]) {
+    EXPECT_EQ(c["verdict"], "pass") << c["description"];
+    EXPECT_FALSE(c["tensors"].empty());
+  }
+  const std::string xml = slurp(d + "/j.xml");
+  EXPECT_NE(xml.find("failures=\"0\""), std::string::npos);
+  EXPECT_NE(xml.find("<testcase"), std::string::npos);
+  EXPECT_NE(r.out.find("0 failed"), std::string::npos);
+}
+
+TEST(Cli, SameSeedSameCases) {
+  const std::string d = scratch();
+  ASSERT_EQ(dsa("fuzz --backend reference --profile smoke --seed 5 --cases 6 --corpus none --report a.json", d).code, 0);
+  ASSERT_EQ(dsa("fuzz --backend reference --profile smoke --seed 5 --cases 6 --corpus none --report b.json", d).code, 0);
+  ASSERT_EQ(dsa("fuzz --backend reference --profile smoke --seed 6 --cases 6 --corpus none --report c.json", d).code, 0);
+  const json a = read_json(d + "/a.json"), b = read_json(d + "/b.json"), c = read_json(d + "/c.json");
+  ASSERT_EQ(a["cases"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(a["cases"][i]["case"], b["cases"][i]["case"]);
+  EXPECT_NE(a["cases"][0]["case"], c["cases"][0]["case"]);
+}
+
+TEST(Cli, ReplayOfTheCorpusPassesOnLowpAndReference) {
+  const std::string d = scratch();
+  for (const char* b : {"lowp", "reference"}) {
+    Outcome r = dsa("replay " + q(kSource + "/cases") + " --backend " + b + " --report r.json", d);
+    EXPECT_EQ(r.code, 0) << b << "\n" << r.out;
+    EXPECT_EQ(read_json(d + "/r.json")["summary"]["cases"].get<int64_t>(), count_files(kSource + "/cases"));
+  }
+}
+
+TEST(Cli, TimeBudgetRunsUntilTheBudget) {
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend lowp --profile smoke --time-budget 1 --corpus none --report r.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_GE(rep["summary"]["cases"].get<int64_t>(), 1);
+  EXPECT_LT(rep["context"]["seconds"].get<double>(), 10.0);
+}
+
+TEST(Cli, FailureGivesARepoLineThatReproduces) {
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend mutant:kl_reversed --profile smoke --cases 4 --corpus none --report out/r.json", d);
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = read_json(d + "/out/r.json");
+  EXPECT_EQ(schema_violation(rep, load_report_schema()), "");
+  ASSERT_GE(rep["summary"]["failed"].get<int64_t>(), 1);
+  const json* failing = nullptr;
+  for (auto& c : rep["cases"])
+    if (c["verdict"] == "fail") failing = &c;
+  ASSERT_NE(failing, nullptr);
+  EXPECT_EQ((*failing)["failure"]["stage"], "loss");
+  EXPECT_EQ((*failing)["bucket"].get<std::string>().rfind("mutant:kl_reversed/loss/", 0), 0u);
+  const std::string repro = (*failing)["repro"];
+  ASSERT_EQ(repro.rfind("dsa-parity repro ", 0), 0u) << repro;
+  EXPECT_NE(r.out.find("repro: " + repro), std::string::npos);  // printed on the terminal too
+  // The line works as printed, from the same folder.
+  Outcome again = dsa(repro.substr(std::string("dsa-parity ").size()), d);
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_NE(again.out.find("kl "), std::string::npos);
+  EXPECT_NE(again.out.find("mismatch"), std::string::npos);
+  // And the case itself is fine on the real code.
+  EXPECT_EQ(dsa(repro.substr(11, repro.find(" --backend") - 11) + " --backend lowp", d).code, 0);
+}
+
+TEST(Cli, ReproPrintsEveryCheckedTensor) {
+  const std::string d = scratch();
+  Outcome r = dsa("repro " + q(kSource + "/cases/edge/relu_derivative_at_zero.json") +
+                  " --backend mutant:relu_grad_one_at_zero --report r.json",
+              d);
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  for (const char* t : {"topk", "O_lat", "lse", "dW_UV", "dk_pe", "kl", "dq_I", "dk_I", "dw"})
+    EXPECT_NE(r.out.find(std::string(" ") + t + " "), std::string::npos) << t;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(rep["cases"][0]["failure"]["tensor"], "dq_I");
+  EXPECT_EQ(rep["cases"][0]["failure"]["class"], "mismatch");
+  EXPECT_EQ(rep["context"]["command"], "repro");
+}
+
+TEST(Cli, ShrinkWritesASmallerCaseThatStillFails) {
+  const std::string d = scratch();
+  const std::string edge = kSource + "/cases/edge/unequal_counted_rows_cp2.json";
+  Outcome r = dsa("shrink " + q(edge) + " --backend mutant:loss_per_rank_mean --out s.json", d);
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  const Case before = load_case(edge), after = load_case(d + "/s.json");
+  auto tp = [](const Case& c) { return make_layout(c.problem.seqlens, c.problem.cp, c.problem.pad_rows).tp; };
+  EXPECT_LE(tp(after), tp(before));
+  EXPECT_GT(after.problem.cp.size, 1);  // the bug needs CP
+  EXPECT_NE(after.note.find("shrunk from"), std::string::npos);
+  EXPECT_EQ(dsa("repro s.json --backend mutant:loss_per_rank_mean", d).code, 1);
+  EXPECT_EQ(dsa("repro s.json --backend lowp", d).code, 0);
+  // A passing case has nothing to shrink.
+  EXPECT_EQ(dsa("shrink " + q(edge) + " --backend lowp --out t.json", d).code, 0);
+  EXPECT_FALSE(fs::exists(d + "/t.json"));
+}
+
+TEST(Cli, CrashingExecBackendIsAFailureWithItsMessage) {
+  const std::string d = scratch();
+  Outcome r = dsa("repro " + q(kSource + "/cases/edge/shorter_than_k.json") + " --backend 'exec:false' --report r.json", d);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(rep["cases"][0]["failure"]["class"], "crash");
+  EXPECT_EQ(rep["cases"][0]["bucket"].get<std::string>().find("/run/-/crash/"), std::string("exec:false").size());
+}
+
+TEST(Cli, CudaWithoutADeviceCannotRun) {
+  if (cuda_device_present()) GTEST_SKIP() << "a GPU is present";
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend cuda --profile smoke --cases 1", d);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+}
+
+TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
+  const std::string d = scratch();
+  const std::string malformed = kSource + "/harness/testdata/malformed/topk_zero.json";
+  const std::pair<std::string, std::string> bad[] = {
+      {"fuzz --bogus", "--bogus"},
+      {"fuzz --backend nonsense --cases 1", "backend"},
+      {"fuzz --backend mutant:nonsense --cases 1", "backend"},
+      {"fuzz --backend lowp --profile huge", "--profile"},
+      {"fuzz --backend lowp --cases 2 --time-budget 3", "--cases"},
+      {"fuzz --backend lowp --cases -1", "--cases"},
+      {"fuzz --backend lowp --time-budget 0", "--time-budget"},
+      {"fuzz --backend lowp --seed x", "--seed"},
+      {"fuzz --backend lowp --corpus /nonexistent/dir", "--corpus"},
+      {"replay /nonexistent/dir --backend lowp", "DIR"},
+      {"replay " + q(d) + " --backend lowp", "DIR"},
+      {"repro --backend lowp", "CASE.json"},
+      {"repro /nonexistent.json --backend lowp", "CASE.json"},
+      {"repro " + q(malformed) + " --backend lowp", "topk"},
+      {"shrink " + q(malformed) + " --backend lowp", "topk"},
+  };
+  for (auto& [args, field] : bad) {
+    Outcome r = dsa(args, d);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(field), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,101 @@
+// The Done-when of the harness: for every planted bug, `dsa-parity fuzz --backend mutant:NAME
+// --profile smoke --seed 1 --shrink` exits 1 within the smoke budget, and the shrunk case is small,
+// still fails on the mutant and passes on the real code. One test per mutant.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/case.hpp"
+#include "harness/schema_check.hpp"
+#include "reference/layout.hpp"
+#include "reference/plant.hpp"
+
+namespace dsa {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kBin = DSA_PARITY_BIN;
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+std::pair<int, std::string> sh(const std::string& line) {
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((line + " 2>&1").c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out.append(buf, n);
+  const int status = pclose(p.release());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(Mutants, TheBinaryListsEveryPlantedBug) {
+  auto [code, out] = sh(q(kBin) + " mutants --json");
+  ASSERT_EQ(code, 0);
+  const json list = json::parse(out);
+  ASSERT_EQ(list.size(), all_plants().size());
+  EXPECT_GE(list.size(), 14u);
+  for (size_t i = 0; i < list.size(); ++i) EXPECT_EQ(list[i]["name"], all_plants()[i].name);
+}
+
+class EveryMutant : public ::testing::TestWithParam<PlantInfo> {};
+
+TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
+  const std::string name = GetParam().name, backend = "mutant:" + name;
+  const fs::path dir = fs::temp_directory_path() / ("dsa-mutant-" + std::to_string(getpid()) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string report = (dir / "r.json").string();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [code, out] = sh("cd " + q(dir.string()) + " && " + q(kBin) + " fuzz --backend " + backend +
+                        " --profile smoke --seed 1 --shrink --report " + q(report));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(code, 1) << out;
+  EXPECT_LT(seconds, 60) << "the smoke budget";
+
+  std::ifstream f(report);
+  const json rep = json::parse(f);
+  EXPECT_EQ(schema_violation(rep, load_report_schema()), "");
+  int64_t first = -1;
+  for (auto& c : rep["cases"])
+    if (c["verdict"] == "fail" && first < 0) first = c["index"];
+  ASSERT_GE(first, 0);
+
+  // Every failure key was shrunk once; the shrunk cases are small and isolate the bug.
+  int64_t shrunk = 0;
+  for (auto& c : rep["cases"]) {
+    if (c["shrunk"].is_null()) continue;
+    ++shrunk;
+    const json& s = c["shrunk"];
+    EXPECT_LE(s["tp"].get<int64_t>(), 16) << s["description"];
+    const Case sc = load_case(s["file"]);
+    EXPECT_LE(sc.problem.dims.H, 2) << s["description"];
+    EXPECT_LE(sc.problem.seqlens.size(), 2u) << s["description"];
+    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend " + backend).first, 1) << s["description"];
+    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend lowp").first, 0) << s["description"];
+  }
+  EXPECT_GE(shrunk, 1);
+  // Mutant shrinks never land in the source corpus: they sit next to the report.
+  for (auto& c : rep["cases"])
+    if (!c["shrunk"].is_null())
+      EXPECT_EQ(c["shrunk"]["file"].get<std::string>().rfind((dir / "r-cases").string(), 0), 0u);
+  std::printf("%-30s detected at case %lld, %.1f s, shrunk to %s\n", name.c_str(), (long long)first, seconds,
+              rep["cases"][first]["shrunk"].is_null() ? "-" : rep["cases"][first]["shrunk"]["description"].get<std::string>().c_str());
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plants, EveryMutant, ::testing::ValuesIn(all_plants()),
+                         [](const ::testing::TestParamInfo<PlantInfo>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace dsa
