@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "reference/core.hpp"
 #include "reference/errors.hpp"
 #include "reference/inputs.hpp"
 #include "reference/layout.hpp"
@@ -133,6 +134,35 @@ TEST(Validation, ScaleAndCoeff) {
   p.coeff = -1;
   EXPECT_TRUE(rejects([&] { validate(p); }, "loss.coeff"));
   EXPECT_NO_THROW(validate(test::small_problem({5, 0, 1})));
+}
+
+// The core checks everything before it starts (a throwing rank would deadlock the others).
+TEST(Validation, RunCoreRejectsBadInput) {
+  Problem p = test::small_problem({5, 3});
+  const StreamLayout L = test::layout_of(p);
+  const Inputs good = test::random_inputs(p.dims, L.tp, 1);
+  for (auto run : {&run_core, &run_core_sharded}) {
+    Inputs bad = good;
+    bad.w = TensorD({L.tp, p.dims.HI + 1});
+    EXPECT_TRUE(rejects([&] { run(p, bad, {}); }, "w"));
+    bad = test::random_inputs(p.dims, L.tp + 2, 1);  // inputs for another stream length
+    EXPECT_TRUE(rejects([&] { run(p, bad, {}); }, "q_nope"));
+    RunOptions opt;
+    opt.attention_indices = TensorI({L.tp, topk_width(p.topk, L.tp) + 1}, -1);
+    EXPECT_TRUE(rejects([&] { run(p, good, opt); }, "indices"));
+    Problem q = p;
+    q.topk = 0;
+    EXPECT_TRUE(rejects([&] { run(q, good, {}); }, "topk"));
+    q = p;
+    q.dims.C = 0;
+    EXPECT_TRUE(rejects([&] { run(q, good, {}); }, "dims.C"));
+    q = p;
+    q.seqlens = {5, -3};
+    EXPECT_TRUE(rejects([&] { run(q, good, {}); }, "seqlens[1]"));
+    q = p;
+    q.cp.size = 0;
+    EXPECT_TRUE(rejects([&] { run(q, good, {}); }, "cp.size"));
+  }
 }
 
 }  // namespace
