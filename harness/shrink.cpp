@@ -106,7 +106,7 @@ std::vector<Case> shrink_candidates(const Case& c, const std::string& failing_st
   }
   // Shorter sequences.
   for (size_t i = 0; i < n; ++i)
-    for (int64_t len : {p.seqlens[i] / 2, p.seqlens[i] - 1}) {
+    for (int64_t len : {p.seqlens[i] / 2, p.seqlens[i] - 1, p.seqlens[i] - 2}) {  // −2 keeps the parity (padding)
       if (len < 0 || len >= p.seqlens[i]) continue;
       Case x = c;
       x.problem.seqlens[i] = len;
