@@ -123,7 +123,10 @@ Case case_from_json(const json& j) {
     const std::pair<const char*, int64_t*> dims[] = {{"H", &p.dims.H},   {"Dn", &p.dims.Dn}, {"R", &p.dims.R},
                                                      {"C", &p.dims.C},   {"Dv", &p.dims.Dv}, {"HI", &p.dims.HI},
                                                      {"DI", &p.dims.DI}};
-    for (auto& [k, dst] : dims) opt(v, k, path, [&](const json& x, const std::string& f) { *dst = bounded_int(x, f, kMaxDim); });
+    for (auto& kv : dims) {  // (no structured binding: clang < 16 cannot capture one)
+      int64_t* dst = kv.second;
+      opt(v, kv.first, path, [&](const json& x, const std::string& f) { *dst = bounded_int(x, f, kMaxDim); });
+    }
   });
   opt(j, "topk", "", [&](const json& v, const std::string& f) { p.topk = bounded_int(v, f, INT32_MAX); });
   const json* scale = member(j, "softmax_scale");
@@ -157,7 +160,10 @@ Case case_from_json(const json& j) {
                                                    {"huge_future_k_I", &in.huge_future_k_I},
                                                    {"poison_pad_keys", &in.poison_pad_keys},
                                                    {"inject_indices", &in.inject_indices}};
-    for (auto& [k, dst] : flags) opt(v, k, path, [&](const json& x, const std::string& f) { *dst = as_bool(x, f); });
+    for (auto& kv : flags) {
+      bool* dst = kv.second;
+      opt(v, kv.first, path, [&](const json& x, const std::string& f) { *dst = as_bool(x, f); });
+    }
   });
   opt(j, "stages", "", [&](const json& v, const std::string& path) {
     require(v.is_array(), path, "must be an array of stage names, got " + got(v));

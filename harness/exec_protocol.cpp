@@ -118,7 +118,9 @@ Result read_outputs(const std::string& path, const Case& c) {
   const st::File f = st::read_file(path);
   const int64_t tp = layout_of(c).tp;
   Result r;
-  for (auto& [n, e] : f.tensors) {
+  for (auto& kv : f.tensors) {
+    const std::string& n = kv.first;  // (no structured binding: clang < 16 cannot capture one)
+    const st::Entry& e = kv.second;
     const auto& names = output_names();
     if (std::find(names.begin(), names.end(), n) == names.end()) {
       std::string all;
