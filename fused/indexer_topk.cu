@@ -13,8 +13,9 @@
 // (fused/topk_select.cuh) compacts it to the K' best and raises the threshold to their pivot (a
 // later key equal to the pivot cannot change the answer, ties may resolve any way). At the end
 // a last select leaves K' keys. Rows shorter than CAP − 256 never compact. Shared memory:
-// BQ·(HI16·(DI16+8)·2 + HI16·4 + CAP·8) bytes, BQ = 4, 2 or 1 (whatever fits; 198 KB at
-// HI = 64, DI = 128, K' = 2048); no global scratch. Deterministic: the tile order and the
+// BQ·(HI16·(DI16+8)·2 + HI16·4 + CAP·8) bytes: BQ = 2 with two CTAs per SM where that fits
+// (99 KB a CTA at HI = 64, DI = 128, K' = 2048), else 4, 2 or 1 at one CTA per SM; no global
+// scratch. Deterministic: the tile order and the
 // in-thread reduction order are fixed; only the (free) slot order of equal-ranked keys can vary.
 #include <algorithm>
 #include <cstdint>
@@ -52,8 +53,9 @@ __global__ void fill_kernel(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
+// Two CTAs per SM when DI ≤ 128 (≤ 128 registers): one computes while the other selects.
 template <int KS>  // k16 steps of DI held in registers: DI ≤ 16·KS
-__global__ void __launch_bounds__(kThreads, 1) indexer_topk_kernel(const IndexerArgs a, const IndexerLayout L) {
+__global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel(const IndexerArgs a, const IndexerLayout L) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sq = reinterpret_cast<bf16*>(smem);
   float* sw = reinterpret_cast<float*>(smem + L.q_bytes());
@@ -196,13 +198,19 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_kernel(const Indexer
 
 template <int KS>
 void launch(const IndexerArgs& a, cudaStream_t s) {
-  int dev = 0, optin = 0;
+  int dev = 0, optin = 0, per_sm = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&dev));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t budget = size_t(optin) - 4096;  // static shared memory of the kernel
-  IndexerLayout L{round_up(a.HI, 16), round_up(a.DI, 16), round_up(a.DI, 16) + 8, kMaxBQ,
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  const size_t kStatic = 4096;  // static shared memory of the kernel and the per-block reserve, rounded up
+  const size_t budget = size_t(optin) - kStatic;
+  IndexerLayout L{round_up(a.HI, 16), round_up(a.DI, 16), round_up(a.DI, 16) + 8, 2,
                   round_up(a.K + std::max(a.K, kTile), 32)};
-  while (L.BQ > 1 && L.bytes() > budget) L.BQ /= 2;
+  // Prefer two CTAs of two rows per SM; else the most rows that fit one CTA per SM.
+  if (KS > 8 || L.bytes() > size_t(per_sm) / 2 - kStatic) {
+    L.BQ = kMaxBQ;
+    while (L.BQ > 1 && L.bytes() > budget) L.BQ /= 2;
+  }
   if (L.bytes() > budget) L.CAP = round_up(a.K + kTile, 32);
   if (L.bytes() > budget)
     throw InvalidInput("K", "K' = " + std::to_string(a.K) + " with HI = " + std::to_string(a.HI) + ", DI = " +

@@ -7,8 +7,9 @@
 //   B Σ_t T^[t] (T^ = Σ_h A_h) and the log-sum-exp of the indexer scores I over the support;
 //   C T = T^/max(ΣT^, 1e-10), logQ, KL, dI = coeff/N·(softmax(I) − T), du = bf16(dI·w·φ'(u)),
 //      dw = Σ_t dI·φ(u), dk_I[t] += du·q_I (fp32 atomics), dq_I += duᵀ·k_I.
-// Passes B and C recompute the logits rather than storing anything per key: memory is O(1) per
-// row beyond shared memory (no [H, Tq, Tp], no [Tq, Tp]). All products run on tensor cores
+// Sparse mode keeps T^ per index slot from pass B for pass C (a [Tq, K'] fp32 scratch, the size of
+// the index array); dense mode recomputes the logits in pass C instead, so its memory stays O(1)
+// per row beyond shared memory. Nothing of size [H, Tq, Tp] (or [Tq, Tp]) is ever materialized. All products run on tensor cores
 // (mma.sync m16n8k16 bf16, fp32 accumulate): logits with the 16 keys of a warp as M and the heads
 // as N (K~ gathered from global straight into A fragments, Q~[g] from shared memory), so the
 // head sum of T^ stays in-thread plus a quad shuffle; u = k_I·q_Iᵀ the same way; dk_I = du·q_I
@@ -125,13 +126,16 @@ __device__ __forceinline__ void logits_tile(const RowCtx& x, float (&acc)[kMaxHP
   const bool even = (a.C % 2 == 0) && (a.R % 2 == 0);
   const int nhp = x.L.Hp / 16, nks = x.L.CRp / 16;
   const bf16* bp = x.sQ + size_t(frag::ofs_r1(x.lane)) * x.L.LDQ + frag::ofs_c1(x.lane);
-  for (int ks = 0; ks < nks; ++ks) {
+  auto load_a = [&](int ks, uint32_t (&af)[4]) {
     const int d = ks * 16 + 2 * x.qq;
-    uint32_t af[4];
     af[0] = t0 >= 0 ? ktilde_pair(c0, p0, d, a.C, a.R, even) : 0u;
     af[1] = t1 >= 0 ? ktilde_pair(c1, p1, d, a.C, a.R, even) : 0u;
     af[2] = t0 >= 0 ? ktilde_pair(c0, p0, d + 8, a.C, a.R, even) : 0u;
     af[3] = t1 >= 0 ? ktilde_pair(c1, p1, d + 8, a.C, a.R, even) : 0u;
+  };
+  // A four-deep ring of A fragments: step ks+3 is in flight while step ks runs (gathered K~ rows
+  // come from L2; one step of 2·H/8 mma.sync is shorter than that latency).
+  auto mma_step = [&](int ks, const uint32_t (&af)[4]) {
 #pragma unroll
     for (int hp = 0; hp < kMaxHP; ++hp) {
       if (hp < nhp) {
@@ -141,6 +145,23 @@ __device__ __forceinline__ void logits_tile(const RowCtx& x, float (&acc)[kMaxHP
         frag::mma16816(acc[hp][1], af, b[2], b[3]);
       }
     }
+  };
+  uint32_t r0[4] = {}, r1[4] = {}, r2[4] = {}, r3[4] = {};
+  load_a(0, r0);
+  if (1 < nks) load_a(1, r1);
+  if (2 < nks) load_a(2, r2);
+  for (int ks = 0; ks < nks; ks += 4) {
+    if (ks + 3 < nks) load_a(ks + 3, r3);
+    mma_step(ks, r0);
+    if (ks + 1 >= nks) break;
+    if (ks + 4 < nks) load_a(ks + 4, r0);
+    mma_step(ks + 1, r1);
+    if (ks + 2 >= nks) break;
+    if (ks + 5 < nks) load_a(ks + 5, r1);
+    mma_step(ks + 2, r2);
+    if (ks + 3 >= nks) break;
+    if (ks + 6 < nks) load_a(ks + 6, r2);
+    mma_step(ks + 3, r3);
   }
 }
 
@@ -215,7 +236,7 @@ __device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, co
   I[1] = quad_sum(v1);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArgs a, const LossLayout L) {
+__global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArgs a, const LossLayout L, float* tscratch) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem + L.off_q());
@@ -347,6 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
     if (qq == 0)
       for (int r = 0; r < 2; ++r)
         if (skeys[warp * 16 + gq + 8 * r] >= 0) {
+          if (tscratch) tscratch[size_t(i) * a.K + tile * kTile + warp * 16 + gq + 8 * r] = That[r];
           sumT += That[r];
           lse_merge(mI, sI, I[r], 1.f);
         }
@@ -379,7 +401,14 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
 #endif
     stage(tile);
     float That[2], I[2], dI[2];
-    target_tile(x, slse, That);
+    if (tscratch) {  // sparse: T^ of each slot was kept by pass B
+      for (int r = 0; r < 2; ++r) {
+        const int j = warp * 16 + gq + 8 * r;
+        That[r] = skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
+      }
+    } else {
+      target_tile(x, slse, That);
+    }
     float ua[kMaxIP][2][4];
     u_tile(x, ua);
     scores_tile(x, sw, ua, I);
@@ -537,8 +566,12 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
     throw InvalidInput("H", "H·(C+R) = " + std::to_string(a.H) + "·" + std::to_string(a.C + a.R) +
                                 " needs more shared memory than the fused indexer loss has");
   DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L.bytes())));
-  indexer_loss_kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L);
-  DSA_CUDA_CHECK(cudaGetLastError());
+  float* tscratch = nullptr;  // sparse: T^ per index slot, [Tq, K'] fp32 (stream-ordered allocation)
+  if (!a.dense && a.K > 0) DSA_CUDA_CHECK(cudaMallocAsync(&tscratch, size_t(a.Tq) * a.K * sizeof(float), s));
+  indexer_loss_kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L, tscratch);
+  const cudaError_t launched = cudaGetLastError();
+  if (tscratch) DSA_CUDA_CHECK(cudaFreeAsync(tscratch, s));
+  DSA_CUDA_CHECK(launched);
 }
 
 }  // namespace dsa::fused

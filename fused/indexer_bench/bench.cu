@@ -3,6 +3,8 @@
 //   nvcc -std=c++17 -O3 -I. -gencode arch=compute_90a,code=sm_90a fused/indexer_bench/bench.cu \
 //        fused/indexer_topk.cu fused/loss_kl.cu fused/device.cu -o bench
 // CUDA events after warm-up; TFLOP/s from the README formulas over causal-valid pairs.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -83,6 +85,28 @@ int main(int argc, char** argv) {
   const double per_pair = 2.0 * H * (C + R) + 3 * 2.0 * HI * DI;  // logits, u, dq_I, dk_I once each
   printf("{\"kernel\":\"indexer_loss_sparse\",\"shape\":\"%s\",\"S\":%d,\"K\":%d,\"ms\":%.4f,\"tflops\":%.2f}\n", shape, S,
          K, ms_s, per_pair * sparse_pairs / ms_s * 1e-9);
+  {  // run-to-run spread of dk_I (fp32 atomics) and bitwise repeatability of dq_I, dw, kl
+    auto grab = [&](const float* d, size_t n) {
+      std::vector<float> h(n);
+      cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost);
+      return h;
+    };
+    dsa::fused::indexer_loss(la, nullptr);
+    auto dk1 = grab(dk, size_t(Tp) * DI), dq1 = grab(dq, size_t(Tq) * HI * DI);
+    dsa::fused::indexer_loss(la, nullptr);
+    auto dk2 = grab(dk, size_t(Tp) * DI), dq2 = grab(dq, size_t(Tq) * HI * DI);
+    double mx = 0, md = 0;
+    size_t ndiff = 0, nq = 0;
+    for (size_t e = 0; e < dk1.size(); ++e) {
+      mx = std::max(mx, double(std::fabs(dk1[e])));
+      md = std::max(md, double(std::fabs(dk1[e] - dk2[e])));
+      ndiff += dk1[e] != dk2[e];
+    }
+    for (size_t e = 0; e < dq1.size(); ++e) nq += dq1[e] != dq2[e];
+    printf("{\"kernel\":\"indexer_loss_sparse\",\"shape\":\"%s\",\"S\":%d,\"dk_I_elements_differing\":%zu,"
+           "\"dk_I_max_abs_diff\":%.3e,\"dk_I_max_abs\":%.3e,\"dq_I_elements_differing\":%zu}\n",
+           shape, S, ndiff, md, mx, nq);
+  }
   if (S <= 4096) {
     la.dense = true;
     const float ms_d = time_ms([&] { dsa::fused::indexer_loss(la, nullptr); }, 1, 2);
