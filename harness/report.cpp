@@ -322,6 +322,8 @@ Progress::Progress(bool enabled, std::optional<int64_t> total, std::optional<dou
 void Progress::update(int64_t done, int64_t failures) {
   if (!enabled_) return;
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (drawn_ && t - last_ < 0.2 && !(total_ && done >= *total_)) return;  // at most 5 redraws a second
+  last_ = t;
   const double rate = t > 0 ? done / t : 0;
   double eta = -1;
   if (total_ && rate > 0) eta = (*total_ - done) / rate;

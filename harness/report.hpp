@@ -81,6 +81,7 @@ class Progress {
   std::optional<double> budget_;
   std::chrono::steady_clock::time_point start_;
   bool drawn_ = false;
+  double last_ = 0;
 };
 
 }  // namespace dsa
