@@ -264,10 +264,22 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
   // Q~[g] (H16 × CR16), q_I[g] (HI16 × DI16), w, zero-padded, into shared memory.
   const int CR = a.C + a.R;
   const bool cr_even = (CR % 2) == 0, di_even = (DI % 2) == 0;
-  for (int e = tid; e < L.Hp * (L.CRp / 2); e += kThreads) {
-    const int h = e / (L.CRp / 2), d = 2 * (e % (L.CRp / 2));
-    const uint32_t v = h < H ? frag::load_pair(a.Qt + (size_t(i) * H + h) * CR, d, CR, cr_even) : 0u;
-    *reinterpret_cast<uint32_t*>(sQ + size_t(h) * L.LDQ + d) = v;
+  const bool dk_vec = DI % 4 == 0 && (reinterpret_cast<uintptr_t>(a.dk_I) & 15) == 0;  // sm_90 float4 atomics
+  (void)dk_vec;
+  const bool kI_vec = DI % 8 == 0 && (reinterpret_cast<uintptr_t>(a.k_I) & 15) == 0;
+  if (CR % 8 == 0 && (reinterpret_cast<uintptr_t>(a.Qt) & 15) == 0) {
+    for (int e = tid; e < L.Hp * (L.CRp / 8); e += kThreads) {
+      const int h = e / (L.CRp / 8), d = 8 * (e % (L.CRp / 8));
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (h < H && d < CR) v = __ldg(reinterpret_cast<const uint4*>(a.Qt + (size_t(i) * H + h) * CR + d));
+      *reinterpret_cast<uint4*>(sQ + size_t(h) * L.LDQ + d) = v;
+    }
+  } else {
+    for (int e = tid; e < L.Hp * (L.CRp / 2); e += kThreads) {
+      const int h = e / (L.CRp / 2), d = 2 * (e % (L.CRp / 2));
+      const uint32_t v = h < H ? frag::load_pair(a.Qt + (size_t(i) * H + h) * CR, d, CR, cr_even) : 0u;
+      *reinterpret_cast<uint32_t*>(sQ + size_t(h) * L.LDQ + d) = v;
+    }
   }
   for (int e = tid; e < L.HIp * (L.DIp / 2); e += kThreads) {
     const int h = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
@@ -279,6 +291,10 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
 
   const RowCtx x{a, L, sQ, sq, skI, skeys, lane, warp, gq, qq};
   // Stage tile `tile`: the warp's 16 keys (−1: not in the support) and their k_I rows.
+  // Rows walk their tiles from a row-dependent start, so that concurrent CTAs (whose sparse
+  // index rows list keys in similar order) do not all add into the same dk_I rows at once. The
+  // order is fixed per row, so everything but dk_I stays bitwise deterministic.
+  const int rot = i % ntiles;
   auto stage = [&](int tile) {
     if (lane < 16) {
       const int j = tile * kTile + warp * 16 + lane;
@@ -292,11 +308,21 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
       skeys[warp * 16 + lane] = t;
     }
     __syncwarp();
-    for (int e = lane; e < 16 * (L.DIp / 2); e += 32) {
-      const int r = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
-      const int t = skeys[warp * 16 + r];
-      const uint32_t v = t >= 0 ? frag::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
-      *reinterpret_cast<uint32_t*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+    if (kI_vec) {  // 16-byte rows pieces
+      for (int e = lane; e < 16 * (L.DIp / 8); e += 32) {
+        const int r = e / (L.DIp / 8), d = 8 * (e % (L.DIp / 8));
+        const int t = skeys[warp * 16 + r];
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (t >= 0 && d < DI) v = __ldg(reinterpret_cast<const uint4*>(a.k_I + size_t(t) * DI + d));
+        *reinterpret_cast<uint4*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+      }
+    } else {
+      for (int e = lane; e < 16 * (L.DIp / 2); e += 32) {
+        const int r = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
+        const int t = skeys[warp * 16 + r];
+        const uint32_t v = t >= 0 ? frag::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
+        *reinterpret_cast<uint32_t*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+      }
     }
     __syncwarp();
   };
@@ -312,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
 #pragma unroll
         for (int c = 0; c < 2; ++c) m[hp][n][c] = kNegInf, s[hp][n][c] = 0.f;
     for (int tile = 0; tile < ntiles; ++tile) {
-      stage(tile);
+      stage((tile + rot) % ntiles);
       float acc[kMaxHP][2][4];
       logits_tile(x, acc);
       const bool v0 = skeys[warp * 16 + gq] >= 0, v1 = skeys[warp * 16 + gq + 8] >= 0;
@@ -358,7 +384,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
 
   // ---- pass B: Σ T^ and the lse of the indexer scores over the support -----------------------
   float sumT = 0.f, mI = kNegInf, sI = 0.f;
-  for (int tile = 0; tile < ntiles; ++tile) {
+  for (int step = 0; step < ntiles; ++step) {
+    const int tile = (step + rot) % ntiles;
     stage(tile);
     float That[2], I[2];
     target_tile(x, slse, That);
@@ -395,7 +422,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
   float kl = 0.f;
   float dwp[kMaxIP][2][2] = {};
   const int nip = L.HIp / 16, ndc = (L.DIp + 63) / 64;
-  for (int tile = 0; tile < ntiles; ++tile) {
+  for (int step = 0; step < ntiles; ++step) {
+    const int tile = (step + rot) % ntiles;
 #if DSA_PLANT_streaming_kl_drop_last_chunk
     if (!a.dense && tile == ntiles - 1) break;  // planted: the last key tile of the row is skipped
 #endif
@@ -463,6 +491,21 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
           }
         }
       }
+#if __CUDA_ARCH__ >= 900
+      if (dk_vec) {  // lane pairs swap halves so that each lane adds 4 consecutive dims of one key
+        const bool odd = qq & 1;
+        const int t = skeys[warp * 16 + gq + (odd ? 8 : 0)];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float s0 = odd ? acc[nt][0] : acc[nt][2], s1 = odd ? acc[nt][1] : acc[nt][3];
+          const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+          const int d = dc * 64 + nt * 8 + 2 * (qq & 2);
+          const float4 v = odd ? make_float4(r0, r1, acc[nt][2], acc[nt][3]) : make_float4(acc[nt][0], acc[nt][1], r0, r1);
+          if (t >= 0 && d < DI) atomicAdd(reinterpret_cast<float4*>(a.dk_I + size_t(t) * DI + d), v);
+        }
+        continue;
+      }
+#endif
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int t = skeys[warp * 16 + gq + 8 * r];
