@@ -1,0 +1,163 @@
+// Benchmarks of the exact CPU reference (README "The reference"): the DeepSeek-V3.2 shaped core
+// (H 128, Dn 128, R 64, C 512, Dv 128, HI 64, DI 128, K 2048) on one sequence of S tokens, exact
+// policy, OpenMP over query rows. GFLOP/s use the sparse FLOP formulas below, which count only
+// valid selected (query, key) pairs P = Σ_g |S(g)| and visible pairs V = Σ_g #visible(g):
+//
+//   forward  (indexer, top-k, attention)  2·HI·(DI+1)·V + 2·S·H·C·(Dn+Dv) + 2·H·(2C+R)·P
+//   backward (attention, SPEC.md §6)      4·S·H·C·(Dn+Dv) + 2·H·(3(C+R) + 2C)·P
+//   indexer loss, forward + backward      2·P·(H·(C+R) + 3·HI·DI)
+//
+// run_core runs the stages in sequence; RunOptions.attention_backward = false and loss = off stop
+// it after the forward. The backward and the loss are timed as differences: each iteration times
+// a forward-only run and a run with the stage added (manual time = the difference).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "reference/core.hpp"
+#include "reference/layout.hpp"
+
+namespace dsa::bench_reference {
+namespace {
+
+struct Workload {
+  Problem p;
+  Inputs in;
+  double pairs = 0, visible = 0;
+};
+
+Dims deepseek_v32() {
+  Dims d;
+  d.H = 128, d.Dn = 128, d.R = 64, d.C = 512, d.Dv = 128, d.HI = 64, d.DI = 128;
+  return d;
+}
+
+// One sequence of S tokens; inputs are normal values rounded to bf16, scaled so logits are O(1).
+const Workload& workload(int64_t S) {
+  static std::map<int64_t, std::unique_ptr<Workload>> cache;
+  auto& w = cache[S];
+  if (w) return *w;
+  w = std::make_unique<Workload>();
+  Problem& p = w->p;
+  p.seqlens = {S};
+  p.dims = deepseek_v32();
+  p.topk = 2048;
+  p.softmax_scale = 1.0 / std::sqrt(double(p.dims.Dn + p.dims.R));
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  w->in = zero_inputs(p.dims, L.tp);
+  std::mt19937_64 rng(2026);
+  std::normal_distribution<double> normal;
+  w->in.for_each([&](const std::string& n, TensorD& t) {
+    const double sigma = n == "W_UK"  ? 1 / std::sqrt(double(p.dims.Dn))
+                         : n == "W_UV" ? 1 / std::sqrt(double(p.dims.C))
+                         : n == "q_I"  ? 1 / std::sqrt(double(p.dims.DI))
+                                       : 1.0;
+    for (double& x : t.data) x = static_cast<double>(static_cast<float>(Eigen::bfloat16(float(sigma * normal(rng)))));
+  });
+  const int64_t Kw = topk_width(p.topk, L.tp);
+  for (int64_t g = 0; g < L.tp; ++g) {
+    const int64_t vis = L.key_end(g) - L.key_begin(g);
+    w->visible += vis;
+    w->pairs += std::min(Kw, vis);  // the canonical top-k selects min(K', #visible) keys
+  }
+  return *w;
+}
+
+double forward_flops(const Workload& w) {
+  const Dims& d = w.p.dims;
+  const double S = w.p.seqlens[0];
+  return 2.0 * d.HI * (d.DI + 1) * w.visible + 2.0 * S * d.H * d.C * (d.Dn + d.Dv) +
+         2.0 * d.H * (2 * d.C + d.R) * w.pairs;
+}
+double backward_flops(const Workload& w) {
+  const Dims& d = w.p.dims;
+  const double S = w.p.seqlens[0];
+  return 4.0 * S * d.H * d.C * (d.Dn + d.Dv) + 2.0 * d.H * (3 * (d.C + d.R) + 2 * d.C) * w.pairs;
+}
+double loss_flops(const Workload& w) {
+  const Dims& d = w.p.dims;
+  return 2.0 * w.pairs * (d.H * (d.C + d.R) + 3.0 * d.HI * d.DI);
+}
+
+double seconds(const Problem& p, const Inputs& in, const RunOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run_core(p, in, opt);
+  benchmark::DoNotOptimize(r.O.data.data());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void set_counters(benchmark::State& state, const Workload& w, double flops) {
+  state.counters["FLOP/s"] = benchmark::Counter(flops * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GFLOP"] = flops / 1e9;
+  state.counters["pairs"] = w.pairs;
+  state.counters["threads"] = omp_get_max_threads();
+}
+
+RunOptions forward_only() {
+  RunOptions o;
+  o.attention_backward = false;
+  o.max_score_elements = 0;  // no [Tp, Tp] score matrix
+  return o;
+}
+
+// Indexer scores, top-k, Q~ projection, sparse attention, O projection.
+void ReferenceForward(benchmark::State& state) {
+  const Workload& w = workload(state.range(0));
+  Problem p = w.p;
+  p.loss = LossMode::off;
+  const RunOptions opt = forward_only();
+  for (auto _ : state) state.SetIterationTime(seconds(p, w.in, opt));
+  set_counters(state, w, forward_flops(w));
+}
+
+// The attention backward of SPEC.md §6 (all six gradients).
+void ReferenceBackward(benchmark::State& state) {
+  const Workload& w = workload(state.range(0));
+  Problem p = w.p;
+  p.loss = LossMode::off;
+  const RunOptions fwd = forward_only();
+  RunOptions both = fwd;
+  both.attention_backward = true;
+  for (auto _ : state) state.SetIterationTime(std::max(0.0, seconds(p, w.in, both) - seconds(p, w.in, fwd)));
+  set_counters(state, w, backward_flops(w));
+}
+
+// The sparse indexer loss (streaming form) with its three gradients.
+void ReferenceIndexerLoss(benchmark::State& state) {
+  const Workload& w = workload(state.range(0));
+  Problem off = w.p, sparse = w.p;
+  off.loss = LossMode::off;
+  sparse.loss = LossMode::sparse;
+  const RunOptions fwd = forward_only();
+  for (auto _ : state)
+    state.SetIterationTime(std::max(0.0, seconds(sparse, w.in, fwd) - seconds(off, w.in, fwd)));
+  set_counters(state, w, loss_flops(w));
+}
+
+// The whole core as a backend runs it: forward, attention backward, sparse loss and its backward.
+void ReferenceCore(benchmark::State& state) {
+  const Workload& w = workload(state.range(0));
+  Problem p = w.p;
+  p.loss = LossMode::sparse;
+  RunOptions opt;
+  opt.max_score_elements = 0;
+  for (auto _ : state) state.SetIterationTime(seconds(p, w.in, opt));
+  set_counters(state, w, forward_flops(w) + backward_flops(w) + loss_flops(w));
+}
+
+// S = 1024 is the shape; S = 256 is a quick look (--benchmark_filter=/256).
+#define DSA_REFERENCE_BENCH(fn) \
+  BENCHMARK(fn)->ArgName("S")->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kSecond)->Iterations(1)
+DSA_REFERENCE_BENCH(ReferenceForward);
+DSA_REFERENCE_BENCH(ReferenceBackward);
+DSA_REFERENCE_BENCH(ReferenceIndexerLoss);
+DSA_REFERENCE_BENCH(ReferenceCore);
+
+}  // namespace
+}  // namespace dsa::bench_reference
