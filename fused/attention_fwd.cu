@@ -125,17 +125,44 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
       m_run[r] = mn;
       l_part[r] *= alpha[r];
     }
+    float p[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      float p[4];
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        p[e] = exp2f(s[nt][e] - m_use[e >> 1]);
-        l_part[e >> 1] += p[e];
+        p[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        l_part[e >> 1] += p[nt][e];
       }
+    if (ntiles == 1) {
+      // A row whose keys fit one tile: its lse is known now, so P = exp(logit − lse) is rounded
+      // to bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
+      float l[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l[r] = l_part[r] + __shfl_xor_sync(0xffffffffu, l_part[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      }
+      if (t4 == 0) {
+        sSum[kh * HB + r0] = l[0];
+        sSum[kh * HB + r0 + 8] = l[1];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float lt = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+        const float lse2 = lt > 0.f ? m_use[r] + log2f(lt) : INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          p[nt][2 * r] = exp2f(s[nt][2 * r] - lse2);
+          p[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - lse2);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
       const int col = kh * 16 + nt * 8 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(sP + r0 * SP + col) = mma::pack_bf16(p[0], p[1]);
-      *reinterpret_cast<uint32_t*>(sP + (r0 + 8) * SP + col) = mma::pack_bf16(p[2], p[3]);
+      *reinterpret_cast<uint32_t*>(sP + r0 * SP + col) = mma::pack_bf16(p[nt][0], p[nt][1]);
+      *reinterpret_cast<uint32_t*>(sP + (r0 + 8) * SP + col) = mma::pack_bf16(p[nt][2], p[nt][3]);
     }
 #pragma unroll
     for (int i = 0; i < NT_O; ++i) {
@@ -181,7 +208,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
-    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    inv[r] = ntiles == 1 ? 1.f : l > 0.f ? 1.f / l : 0.f;  // one tile: P was normalized already
     const int h = h0 + r0 + 8 * r;
     if (kh == 0 && t4 == 0 && blockIdx.z == 0 && h < a.H)
       a.lse[(int64_t)row * a.H + h] = cnt == 0 || !(l > 0.f) ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;

@@ -1,6 +1,6 @@
 // The `cuda` backend end to end through the harness's one comparison routine (run_case: exact and
 // lowp oracles, SPEC.md §9): odd shapes, production-like shapes, CP on the local communicator,
-// adversarial inputs. Without a device the GPU tests skip and the backend must refuse (exit 3).
+// adversarial inputs (run_fused itself: fused/run_test.cpp). Without a device the GPU tests skip and the backend must refuse (exit 3).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +10,6 @@
 #include "harness/run_case.hpp"
 #include "reference/errors.hpp"
 
-#ifdef DSA_HAVE_CUDA
-#include "fused/run.hpp"
-#endif
 
 namespace dsa {
 namespace {
@@ -93,56 +90,6 @@ TEST_F(CudaCases, SmokeProfile) {
   }
 }
 
-#ifdef DSA_HAVE_CUDA
-// CP ranks on the local communicator give the same result as one rank: same padded stream
-// (pad_multiple 16 for every cp), so only the summation order of key and weight gradients differs.
-TEST(LocalCommunicator, CpRanksOnOneGpuEqualCp1) {
-  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: the cuda backend runs only on a GPU";
-  Case c = make_case({21, 9, 30}, 1, Layout::zigzag, Dims{4, 16, 8, 64, 16, 2, 32}, 12, 11);
-  c.problem.cp.pad_multiple = 16;
-  const Inputs in = generate_inputs(c);
-  fused::FusedOptions opt;
-  opt.comm = fused::CommKind::local;
-  const Result one = fused::run_fused(c.problem, in, opt);
-  for (int64_t cp : {2, 4, 8}) {
-    Problem p = c.problem;
-    p.cp.size = cp;
-    const Result many = fused::run_fused(p, in, opt);
-    EXPECT_EQ(many.topk.data, one.topk.data) << "cp=" << cp;
-    one.for_each_float([&](const std::string& name, const TensorD& a) {
-      TensorD b;
-      many.for_each_float([&](const std::string& n2, const TensorD& t) {
-        if (n2 == name) b = t;
-      });
-      ASSERT_EQ(a.shape, b.shape) << name;
-      double mx = 0, diff = 0;
-      for (int64_t i = 0; i < a.size(); ++i) {
-        if (std::isinf(a.data[i])) {
-          EXPECT_EQ(a.data[i], b.data[i]) << name;
-          continue;
-        }
-        mx = std::max(mx, std::fabs(a.data[i]));
-        diff = std::max(diff, std::fabs(a.data[i] - b.data[i]));
-      }
-      // One bf16 ulp of the largest element: a different fp32 summation order may flip a rounding.
-      EXPECT_LE(diff, mx * std::ldexp(1.0, -7) + 1e-30) << name << " cp=" << cp;
-    });
-  }
-}
-
-TEST(CudaBackendApi, ExplicitPathIsUnavailable) {
-  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  Case c = make_case({8}, 1, Layout::zigzag, Dims{}, 4, 1);
-  c.problem.path = Path::explicit_;
-  EXPECT_THROW(fused::run_fused(c.problem, generate_inputs(c)), Unavailable);
-}
-
-TEST(CudaBackendApi, CommNames) {
-  EXPECT_EQ(fused::parse_comm("local"), fused::CommKind::local);
-  EXPECT_EQ(fused::parse_comm("nccl"), fused::CommKind::nccl);
-  EXPECT_THROW(fused::parse_comm("mpi"), InvalidInput);
-}
-#endif
 
 }  // namespace
 }  // namespace dsa
