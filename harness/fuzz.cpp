@@ -203,7 +203,8 @@ int run_session(const SessionOptions& o) {
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(records, ctx.seconds).c_str());
   if (!o.report.empty()) {
-    write_text_file(o.report, report_json(ctx, records).dump(1) + "\n");
+    // Indented for reading, compact for long runs.
+    write_text_file(o.report, report_json(ctx, records).dump(records.size() > 1000 ? -1 : 1) + "\n");
     std::printf("report: %s\n", o.report.c_str());
   }
   if (!o.junit.empty()) {

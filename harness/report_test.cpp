@@ -88,6 +88,7 @@ TEST(Report, JsonMatchesTheSchema) {
   EXPECT_EQ(r["summary"]["buckets"][0]["shrunk_file"], "out/shrunk.json");
   EXPECT_TRUE(r["cases"][1]["tensors"][0]["ratio"].is_null());  // infinite ratio
   EXPECT_EQ(r["cases"][1]["tensors"][0]["worst"]["g"], 17);
+  EXPECT_TRUE(r["cases"][0]["tensors"][0]["worst"].is_null());  // located only when failing
   EXPECT_EQ(r["cases"][0]["not_checked"], json::array({"dq_I"}));
   // The embedded case reproduces the case.
   EXPECT_EQ(case_from_json(r["cases"][1]["case"]).problem.seqlens, (std::vector<int64_t>{5, 11}));
