@@ -62,5 +62,5 @@ wait $PLANTS
 } >> $OUT/plants.log 2>&1
 grep -E "^plant" $OUT/plants.log
 
-timeout 240 ./build/dsa-parity bench --benchmark_filter='Fused' --benchmark_format=json --benchmark_out=$OUT/bench.json \
-  --benchmark_out_format=json 2>&1 | tail -5
+timeout 240 ./build/dsa-parity bench --benchmark_filter='Fused' --benchmark_out=$OUT/bench.json \
+  --benchmark_out_format=json 2>&1
