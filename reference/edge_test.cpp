@@ -188,6 +188,39 @@ TEST(Indexer, WidthIsMinOfKAndTp) {
   }
 }
 
+// u = 0 exactly (an all-zero k_I or q_I row) sits on the ReLU kink, where φ'(0) = 0 (SPEC.md §3):
+// that key's dk_I row and that query's dq_I row get no gradient; with φ = identity they do.
+TEST(Indexer, ReluDerivativeIsZeroAtTheKink) {
+  for (LossMode loss : {LossMode::sparse, LossMode::dense})
+    for (bool relu : {true, false}) {
+      Problem p = test::small_problem({12}, test::tiny_dims(), 6);
+      p.relu = relu, p.loss = loss;
+      const StreamLayout L = test::layout_of(p);
+      Inputs in = test::random_inputs(p.dims, L.tp, 91);
+      const int64_t key = 2, query = 9;
+      for (int64_t d = 0; d < p.dims.DI; ++d) in.k_I.at(key, d) = 0;
+      for (int64_t h = 0; h < p.dims.HI; ++h)
+        for (int64_t d = 0; d < p.dims.DI; ++d) in.q_I.at(query, h, d) = 0;
+      RunOptions opt;
+      opt.attention_indices = TensorI({L.tp, 6}, -1);  // every row selects its first six visible keys
+      for (int64_t g = 0; g < L.tp; ++g)
+        for (int64_t j = 0; j < 6 && j <= g; ++j) opt.attention_indices->at(g, j) = int32_t(j);
+      const Result r = run_core(p, in, opt);
+      double dk = 0, dq = 0;
+      for (int64_t d = 0; d < p.dims.DI; ++d) dk = std::max(dk, std::abs(r.dk_I.at(key, d)));
+      for (int64_t h = 0; h < p.dims.HI; ++h)
+        for (int64_t d = 0; d < p.dims.DI; ++d) dq = std::max(dq, std::abs(r.dq_I.at(query, h, d)));
+      if (relu) {
+        EXPECT_EQ(dk, 0.0) << name(loss);
+        EXPECT_EQ(dq, 0.0) << name(loss);
+      } else {
+        EXPECT_GT(dk, 0.0) << name(loss);
+        EXPECT_GT(dq, 0.0) << name(loss);
+      }
+      EXPECT_GT(test::max_abs(r.dk_I), 0.0);
+    }
+}
+
 // SPEC.md §1's worked example through the core: zigzag, cp = 2, L = [5, 11].
 TEST(WorkedExample, QuerySeventeenSeesKeysEightToSeventeen) {
   for (PadRows pr : {PadRows::attend, PadRows::masked}) {
