@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <ostream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,10 @@
 #include "reference/plant.hpp"
 
 namespace dsa {
+
+// Readable test names in ctest (found by ADL).
+void PrintTo(const PlantInfo& p, std::ostream* os) { *os << p.name; }
+
 namespace {
 
 namespace fs = std::filesystem;
