@@ -191,16 +191,21 @@ TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout
     r.detail = "shape " + shape_str(fused.shape) + ", expected " + shape_str(want);
     return r;
   }
-  int64_t bad = 0;
+  // Rows in parallel: exact_row may recompute O(Tp·HI·DI) scores per row on large cases.
+  std::vector<TopkVerdict> rows(L.tp);
+#pragma omp parallel for schedule(dynamic, 16)
   for (int64_t g = 0; g < L.tp; ++g) {
     const ScoreRow s = exact_row(g);
-    const TopkVerdict v = topk_equivalent(fused.row(g), width, s.scores.data(),
-                                          static_cast<int64_t>(s.scores.size()), s.key_begin, delta);
+    rows[g] = topk_equivalent(fused.row(g), width, s.scores.data(), static_cast<int64_t>(s.scores.size()),
+                              s.key_begin, delta);
+  }
+  int64_t bad = 0;
+  for (int64_t g = 0; g < L.tp; ++g) {
     ++r.compared;
-    if (v.ok) continue;
+    if (rows[g].ok) continue;
     if (bad++ == 0) {
       r.worst = locate("topk", fused.shape, g * width, L);
-      r.detail = "row " + std::to_string(g) + ": " + v.why;
+      r.detail = "row " + std::to_string(g) + ": " + rows[g].why;
     }
   }
   r.e_f = static_cast<double>(bad);  // rows that are not equivalent

@@ -51,6 +51,8 @@ ScoreRow row_from_matrix(const TensorD& scores, const StreamLayout& L, int64_t g
 std::pair<double, double> score_error(const Problem& p, const Inputs& in, const StreamLayout& L,
                                       const Result& exact, const Result& lowp) {
   double e_l = 0, scale = 0;
+  // O(Tp²·HI·DI) when recomputed: rows in parallel (large cases only, see SmallCaseThreads).
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : e_l, scale)
   for (int64_t g = 0; g < L.tp; ++g)
     for (int64_t t = L.key_begin(g); t < L.key_end(g); ++t) {
       double x, l;
