@@ -99,6 +99,17 @@ void set_counters(benchmark::State& state, const Workload& w, double flops) {
   state.counters["threads"] = omp_get_max_threads();
 }
 
+// A stage's time as the difference of two runs; a difference lost in timer noise is an error,
+// not an infinite rate.
+void difference(benchmark::State& state, double with_stage, double without) {
+  if (with_stage <= without) {
+    state.SkipWithError("the stage's time is below the noise of the forward's (machine busy?)");
+    state.SetIterationTime(1e-9);
+    return;
+  }
+  state.SetIterationTime(with_stage - without);
+}
+
 RunOptions forward_only() {
   RunOptions o;
   o.attention_backward = false;
@@ -124,7 +135,7 @@ void ReferenceBackward(benchmark::State& state) {
   const RunOptions fwd = forward_only();
   RunOptions both = fwd;
   both.attention_backward = true;
-  for (auto _ : state) state.SetIterationTime(std::max(0.0, seconds(p, w.in, both) - seconds(p, w.in, fwd)));
+  for (auto _ : state) difference(state, seconds(p, w.in, both), seconds(p, w.in, fwd));
   set_counters(state, w, backward_flops(w));
 }
 
@@ -135,8 +146,7 @@ void ReferenceIndexerLoss(benchmark::State& state) {
   off.loss = LossMode::off;
   sparse.loss = LossMode::sparse;
   const RunOptions fwd = forward_only();
-  for (auto _ : state)
-    state.SetIterationTime(std::max(0.0, seconds(sparse, w.in, fwd) - seconds(off, w.in, fwd)));
+  for (auto _ : state) difference(state, seconds(sparse, w.in, fwd), seconds(off, w.in, fwd));
   set_counters(state, w, loss_flops(w));
 }
 
