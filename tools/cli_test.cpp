@@ -198,6 +198,24 @@ TEST(Cli, CrashingExecBackendIsAFailureWithItsMessage) {
   EXPECT_EQ(rep["cases"][0]["bucket"].get<std::string>().find("/run/-/crash/"), std::string("exec:false").size());
 }
 
+TEST(Cli, FuzzThroughTheExecProtocolChecksEveryTensor) {
+  const std::string d = scratch();
+  const std::string worker = "exec:" + kBin + " exec-worker --backend ";
+  Outcome r = dsa("fuzz --backend " + q(worker + "lowp") + " --profile smoke --cases 4 --corpus none --report r.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  for (auto& c : rep["cases"]) {
+    EXPECT_TRUE(c["not_checked"].empty()) << c["not_checked"];
+    EXPECT_GE(c["tensors"].size(), 15u);
+  }
+  // A planted bug behind the protocol is found like an in-process one.
+  EXPECT_EQ(dsa("repro " + q(kSource + "/cases/edge/kl_direction_dense.json") + " --backend " +
+                    q(worker + "mutant:kl_reversed"),
+                d)
+                .code,
+            1);
+}
+
 TEST(Cli, CudaWithoutADeviceCannotRun) {
   if (cuda_device_present()) GTEST_SKIP() << "a GPU is present";
   const std::string d = scratch();
