@@ -191,6 +191,7 @@ struct AdCase {
 class AutoDiff : public ::testing::TestWithParam<AdCase> {
  protected:
   void SetUp() override {
+    threads_ = omp_get_max_threads();
     omp_set_num_threads(1);
     const AdCase& c = GetParam();
     p = test::small_problem({6, 3}, test::tiny_dims(), 3);
@@ -199,11 +200,13 @@ class AutoDiff : public ::testing::TestWithParam<AdCase> {
     in = test::random_inputs(p.dims, L.tp, 100 + int(c.loss) * 7 + int(c.pad) * 3 + int(c.relu));
     r = run_core(p, in, opt);
   }
+  void TearDown() override { omp_set_num_threads(threads_); }
   Problem p;
   StreamLayout L;
   Inputs in;
   RunOptions opt;
   Result r;
+  int threads_ = 1;
 };
 
 TEST_P(AutoDiff, AttentionBackward) {

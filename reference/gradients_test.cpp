@@ -103,17 +103,20 @@ class Gradients : public ::testing::TestWithParam<GradCase> {
     uint64_t seed = c.seed;
     in = test::random_inputs(p.dims, L.tp, seed);
     while (c.relu && min_abs_u(p, in) < 1e-3 && seed < c.seed + 100) in = test::random_inputs(p.dims, L.tp, ++seed);
-    omp_set_num_threads(1);  // hundreds of tiny runs: thread start-up would dominate (each test is its own process under ctest)
+    threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);  // hundreds of tiny runs: thread start-up would dominate; restored in TearDown
     opt.streaming_kl = c.streaming;
     opt.kl_chunk_rows = 5;
     opt.attention_indices = run_core(p, in, opt).topk;  // frozen sparse support
     base = run_core(p, in, opt);
   }
+  void TearDown() override { omp_set_num_threads(threads_); }
   Problem p;
   StreamLayout L;
   Inputs in;
   RunOptions opt;
   Result base;
+  int threads_ = 1;
 };
 
 TEST_P(Gradients, AttentionGradientsMatchFiniteDifferences) {
