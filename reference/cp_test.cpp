@@ -64,6 +64,29 @@ INSTANTIATE_TEST_SUITE_P(Grid, Sharded, ::testing::ValuesIn(grid()), [](const au
   return "cp" + std::to_string(i.param.cp) + "_" + name(i.param.layout) + "_" + name(i.param.pad);
 });
 
+// The lowp backend runs the bf16 policy rank by rank. Query-side rows see the same all-gathered
+// keys, so only the order of cross-rank sums (key and weight gradients, the loss) differs: fp32
+// rounding before the final bf16 rounding, which can then flip by at most one bf16 spacing,
+// 2^-7·|x| ≤ 2^-7·max|X|.
+TEST(Sharded, Bf16PolicyEqualsGlobalUpToOneRounding) {
+  for (int64_t cp : {2, 3, 4})
+    for (Layout l : {Layout::zigzag, Layout::contiguous}) {
+      Problem p = test::small_problem({0, 1, 7, 2, 13, 5}, test::tiny_dims(), 6);
+      p.cp.size = cp, p.cp.layout = l;
+      const StreamLayout L = test::layout_of(p);
+      const Inputs in = test::random_inputs(p.dims, L.tp, 2000 + cp);
+      RunOptions opt;
+      opt.precision = Precision::bf16;
+      const Result global = run_core(p, in, opt), sharded = run_core_sharded(p, in, opt);
+      EXPECT_EQ(sharded.topk.data, global.topk.data);
+      EXPECT_TRUE(test::results_close(sharded, global, 1.0 / 128)) << "cp " << cp << " " << name(l);
+      // Query side: the same row computations on the same operands, bit for bit.
+      for (auto [n, a, b] : {std::tuple{"O", &sharded.O, &global.O}, {"lse", &sharded.lse, &global.lse},
+                             {"dq_nope", &sharded.dq_nope, &global.dq_nope}, {"dq_pe", &sharded.dq_pe, &global.dq_pe}})
+        EXPECT_TRUE(test::close(n, *a, *b, 0.0)) << "cp " << cp << " " << name(l);
+    }
+}
+
 // Contiguous with a pad_multiple leaves a trailing pad segment; zigzag with a larger multiple.
 TEST(Sharded, NonDefaultPadMultiples) {
   for (Layout l : {Layout::zigzag, Layout::contiguous}) {
