@@ -24,6 +24,7 @@ struct IndexerCase {
   PadRows pad = PadRows::attend;
   double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, score ties at 0
   uint64_t seed = 1;
+  CpSpec cp{};  // cp > 1: each rank's local rows run separately (Tq < Tp, rows out of global order)
 };
 
 void check_indexer(const IndexerCase& c) {
@@ -33,6 +34,7 @@ void check_indexer(const IndexerCase& c) {
   p.relu = c.relu;
   p.pad_rows = c.pad;
   p.loss = LossMode::off;
+  p.cp = c.cp;
   const StreamLayout L = dsa::test::layout_of(p);
   Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
   for (int64_t t = 0; t < L.tp; ++t)
@@ -45,19 +47,29 @@ void check_indexer(const IndexerCase& c) {
 
   const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
   const auto poison = invisible_rows(L);
-  DeviceArray<bf16> q_I(to_bf16(in.q_I), bf16_nan()), w(to_bf16(in.w), bf16_nan());
   DeviceArray<bf16> k_I(to_bf16(in.k_I, poison), bf16_nan());
-  DeviceArray<int32_t> topk(size_t(Tp) * K, int32_t(-7));
-  DeviceArray<float> scores(size_t(Tp) * Tp, kNaN);
-  DeviceRows rows(L);
-  IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tp, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p};
-  indexer_topk(a, nullptr);
-  check_cuda(cudaDeviceSynchronize(), "indexer_topk");
+  std::vector<float> sc(size_t(Tp) * Tp, kNaN);
+  std::vector<int32_t> tk(size_t(Tp) * K, -7);
+  for (int64_t r = 0; r < L.cp; ++r) {  // each rank: its local query rows against all keys
+    const std::vector<int64_t>& rows_g = L.rank_rows[r];
+    const int Tq = static_cast<int>(rows_g.size());
+    DeviceArray<bf16> q_I(to_bf16(gather_rows(in.q_I, rows_g)), bf16_nan()), w(to_bf16(gather_rows(in.w, rows_g)), bf16_nan());
+    DeviceArray<int32_t> topk(size_t(Tq) * K, int32_t(-7));
+    DeviceArray<float> scores(size_t(Tq) * Tp, kNaN);
+    DeviceRows rows(L, rows_g);
+    IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tq, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p};
+    indexer_topk(a, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "indexer_topk");
+    const auto s_local = scores.download();
+    const auto t_local = topk.download();
+    for (int i = 0; i < Tq; ++i) {
+      std::copy(s_local.begin() + size_t(i) * Tp, s_local.begin() + size_t(i + 1) * Tp, sc.begin() + rows_g[i] * Tp);
+      std::copy(t_local.begin() + size_t(i) * K, t_local.begin() + size_t(i + 1) * K, tk.begin() + rows_g[i] * K);
+    }
+  }
 
-  const auto sc = scores.download();
   EXPECT_TRUE(parity("scores", sc, *E.scores, *Lw.scores, 2.0));
   const double delta = 2.0 * max_err(*Lw.scores, *E.scores) + 1e-6 * dsa::test::max_abs(*E.scores);
-  const auto tk = topk.download();
   int bad = 0;
   for (int64_t g = 0; g < L.tp && bad < 5; ++g) {
     const int64_t b = L.key_begin(g), n = L.key_end(g) - b;
@@ -84,6 +96,13 @@ TEST(FusedIndexer, LongRowsCompact) {
   DSA_SKIP_WITHOUT_GPU();
   check_indexer({{1300, 700}, 4, 32, 40, true, PadRows::masked, 0.0, 31});
   check_indexer({{1100}, 5, 24, 257, false, PadRows::attend, 0.0, 32});
+}
+
+TEST(FusedIndexer, RanksOfContextParallelLayouts) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{37, 20, 3}, 3, 24, 6, true, PadRows::masked, 0.0, 51, CpSpec{2, Layout::zigzag, 0}});
+  check_indexer({{300, 90}, 8, 64, 40, true, PadRows::attend, 0.2, 52, CpSpec{4, Layout::zigzag, 8}});
+  check_indexer({{29, 50}, 2, 16, 9, false, PadRows::masked, 0.0, 53, CpSpec{3, Layout::contiguous, 0}});
 }
 
 TEST(FusedIndexer, ProductionLike) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -79,23 +80,32 @@ inline std::vector<int64_t> invisible_rows(const StreamLayout& L) {
   return rows;
 }
 
-// Row ranges of a one-rank (cp = 1) layout on the device.
+// Row ranges of one rank's local rows (global rows `rows`, in local order) on the device.
 struct DeviceRows {
   DeviceArray<int32_t> global, begin, end;
-  explicit DeviceRows(const StreamLayout& L)
-      : global(iota(L), 0), begin(field(L, true), 0), end(field(L, false), 0) {}
+  DeviceRows(const StreamLayout& L, const std::vector<int64_t>& rows)
+      : global(field(L, rows, 0), 0), begin(field(L, rows, 1), 0), end(field(L, rows, 2), 0) {}
   RowRanges view() const { return {global.p, begin.p, end.p}; }
-  static std::vector<int32_t> iota(const StreamLayout& L) {
-    std::vector<int32_t> v(L.tp);
-    for (int64_t g = 0; g < L.tp; ++g) v[g] = static_cast<int32_t>(g);
-    return v;
-  }
-  static std::vector<int32_t> field(const StreamLayout& L, bool b) {
-    std::vector<int32_t> v(L.tp);
-    for (int64_t g = 0; g < L.tp; ++g) v[g] = static_cast<int32_t>(b ? L.key_begin(g) : L.key_end(g));
+  static std::vector<int32_t> field(const StreamLayout& L, const std::vector<int64_t>& rows, int which) {
+    std::vector<int32_t> v(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t g = rows[i];
+      v[i] = static_cast<int32_t>(which == 0 ? g : which == 1 ? L.key_begin(g) : L.key_end(g));
+    }
     return v;
   }
 };
+
+// Rows `rows` of a [T, ...] tensor, in that order (a rank's local view of query-side tensors).
+template <class T>
+Tensor<T> gather_rows(const Tensor<T>& t, const std::vector<int64_t>& rows) {
+  Shape s = t.shape;
+  s[0] = static_cast<int64_t>(rows.size());
+  Tensor<T> out(s);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy(t.row(rows[i]), t.row(rows[i]) + t.row_size(), out.row(static_cast<int64_t>(i)));
+  return out;
+}
 
 // SPEC.md §9 on one tensor: same ±inf positions, no NaN where exact is finite, and
 // max|fused − exact| ≤ α·max|lowp − exact| + 1e-6·max|exact| over the finite elements.

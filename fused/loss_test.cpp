@@ -29,6 +29,7 @@ struct LossCase {
   bool inject = false;  // invalid and non-causal indices in the attention's rows
   uint64_t seed = 1;
   double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, where φ'(0) matters
+  CpSpec cp{};  // cp > 1: each rank's local rows run separately; dk_I partials are summed
 };
 
 Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
@@ -48,6 +49,7 @@ void check_loss(const LossCase& c) {
   p.relu = c.relu;
   p.pad_rows = c.pad;
   p.loss = c.mode;
+  p.cp = c.cp;
   const StreamLayout L = dsa::test::layout_of(p);
   Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
   for (int64_t t = 0; t < L.tp; ++t)
@@ -84,35 +86,55 @@ void check_loss(const LossCase& c) {
       }
       for (int64_t r = 0; r < d.R; ++r) q[d.C + r] = __float2bfloat16(float(in.q_pe.at(g, h, r)));
     }
-  std::vector<float> lse(Lw.lse.data.begin(), Lw.lse.data.end());  // the attention's (fp32) lse
-  std::vector<uint8_t> counted(L.tp);
-  for (int64_t g = 0; g < L.tp; ++g) counted[g] = L.active(g) ? 1 : 0;
+  TensorD lse_t = Lw.lse;  // the attention's (fp32) lse
+  TensorD Qt_t({L.tp, d.H, CR});
+  for (size_t e = 0; e < Qt.size(); ++e) Qt_t.data[e] = static_cast<double>(__bfloat162float(Qt[e]));
 
   const auto poison = invisible_rows(L);
-  DeviceArray<bf16> dQt(Qt, bf16_nan()), dc(to_bf16(in.c, poison), bf16_nan()), dkpe(to_bf16(in.k_pe, poison), bf16_nan());
-  DeviceArray<bf16> q_I(to_bf16(in.q_I), bf16_nan()), w(to_bf16(in.w), bf16_nan()), k_I(to_bf16(in.k_I, poison), bf16_nan());
-  DeviceArray<float> dlse(lse, kNaN);
-  DeviceArray<int32_t> didx(idx.data, -1);
-  DeviceArray<uint8_t> dcounted(counted, 0);
-  DeviceArray<float> kl(L.tp, kNaN), dq_I(size_t(L.tp) * d.HI * d.DI, kNaN), dk_I(size_t(L.tp) * d.DI, kNaN),
-      dw(size_t(L.tp) * d.HI, kNaN);
-  DeviceRows rows(L);
-  LossArgs a{};
-  a.Qt = dQt.p, a.c = dc.p, a.k_pe = dkpe.p, a.lse = dlse.p, a.indices = didx.p;
-  a.q_I = q_I.p, a.w = w.p, a.k_I = k_I.p, a.rows = rows.view();
-  a.Tq = Tp, a.Tp = Tp, a.H = int(d.H), a.C = int(d.C), a.R = int(d.R), a.HI = int(d.HI), a.DI = int(d.DI), a.K = K;
-  a.softmax_scale = float(p.softmax_scale);
-  a.relu = c.relu, a.dense = c.mode == LossMode::dense;
-  a.coeff_over_N = float(p.coeff / std::max<double>(1.0, double(L.counted_rows())));
-  a.counted = dcounted.p;
-  a.kl = kl.p, a.dq_I = dq_I.p, a.dk_I = dk_I.p, a.dw = dw.p;
-  indexer_loss(a, nullptr);
-  check_cuda(cudaDeviceSynchronize(), "indexer_loss");
+  DeviceArray<bf16> dc(to_bf16(in.c, poison), bf16_nan()), dkpe(to_bf16(in.k_pe, poison), bf16_nan());
+  DeviceArray<bf16> k_I(to_bf16(in.k_I, poison), bf16_nan());
+  std::vector<float> kl_all(L.tp, kNaN), dq_all(size_t(L.tp) * d.HI * d.DI, kNaN), dw_all(size_t(L.tp) * d.HI, kNaN);
+  std::vector<float> dk_all(size_t(L.tp) * d.DI, 0.f);
+  for (int64_t r = 0; r < L.cp; ++r) {  // each rank: its local rows; key gradients summed over ranks
+    const std::vector<int64_t>& rows_g = L.rank_rows[r];
+    const int Tq = static_cast<int>(rows_g.size());
+    const TensorD lse_local = gather_rows(lse_t, rows_g);
+    const std::vector<float> lse(lse_local.data.begin(), lse_local.data.end());
+    std::vector<uint8_t> counted(Tq);
+    for (int i = 0; i < Tq; ++i) counted[i] = L.active(rows_g[i]) ? 1 : 0;
+    DeviceArray<bf16> dQt(to_bf16(gather_rows(Qt_t, rows_g)), bf16_nan());
+    DeviceArray<bf16> q_I(to_bf16(gather_rows(in.q_I, rows_g)), bf16_nan()), w(to_bf16(gather_rows(in.w, rows_g)), bf16_nan());
+    DeviceArray<float> dlse(lse, kNaN);
+    DeviceArray<int32_t> didx(gather_rows(idx, rows_g).data, -1);
+    DeviceArray<uint8_t> dcounted(counted, 0);
+    DeviceArray<float> kl(Tq, kNaN), dq_I(size_t(Tq) * d.HI * d.DI, kNaN), dk_I(size_t(L.tp) * d.DI, kNaN),
+        dw(size_t(Tq) * d.HI, kNaN);
+    DeviceRows rows(L, rows_g);
+    LossArgs a{};
+    a.Qt = dQt.p, a.c = dc.p, a.k_pe = dkpe.p, a.lse = dlse.p, a.indices = didx.p;
+    a.q_I = q_I.p, a.w = w.p, a.k_I = k_I.p, a.rows = rows.view();
+    a.Tq = Tq, a.Tp = Tp, a.H = int(d.H), a.C = int(d.C), a.R = int(d.R), a.HI = int(d.HI), a.DI = int(d.DI), a.K = K;
+    a.softmax_scale = float(p.softmax_scale);
+    a.relu = c.relu, a.dense = c.mode == LossMode::dense;
+    a.coeff_over_N = float(p.coeff / std::max<double>(1.0, double(L.counted_rows())));  // global N
+    a.counted = dcounted.p;
+    a.kl = kl.p, a.dq_I = dq_I.p, a.dk_I = dk_I.p, a.dw = dw.p;
+    indexer_loss(a, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "indexer_loss");
+    const auto kl_l = kl.download(), dq_l = dq_I.download(), dw_l = dw.download(), dk_l = dk_I.download();
+    const size_t nq = size_t(d.HI) * d.DI, nw = size_t(d.HI);
+    for (int i = 0; i < Tq; ++i) {
+      kl_all[rows_g[i]] = kl_l[i];
+      std::copy(dq_l.begin() + i * nq, dq_l.begin() + (i + 1) * nq, dq_all.begin() + rows_g[i] * nq);
+      std::copy(dw_l.begin() + i * nw, dw_l.begin() + (i + 1) * nw, dw_all.begin() + rows_g[i] * nw);
+    }
+    for (size_t e = 0; e < dk_all.size(); ++e) dk_all[e] += dk_l[e];  // the reduce-scatter's sum
+  }
 
-  EXPECT_TRUE(parity("kl", kl.download(), E.kl, Lw.kl, 2.0));
-  EXPECT_TRUE(parity("dq_I", bf16_rounded(dq_I.download()), E.dq_I, Lw.dq_I, 3.0));
-  EXPECT_TRUE(parity("dk_I", bf16_rounded(dk_I.download()), E.dk_I, Lw.dk_I, 3.0));
-  EXPECT_TRUE(parity("dw", bf16_rounded(dw.download()), E.dw, Lw.dw, 3.0));
+  EXPECT_TRUE(parity("kl", kl_all, E.kl, Lw.kl, 2.0));
+  EXPECT_TRUE(parity("dq_I", bf16_rounded(dq_all), E.dq_I, Lw.dq_I, 3.0));
+  EXPECT_TRUE(parity("dk_I", bf16_rounded(dk_all), E.dk_I, Lw.dk_I, 3.0));
+  EXPECT_TRUE(parity("dw", bf16_rounded(dw_all), E.dw, Lw.dw, 3.0));
 }
 
 TEST(FusedIndexerLoss, SparseOddShapes) {
@@ -127,6 +149,19 @@ TEST(FusedIndexerLoss, DenseOddShapes) {
   check_loss({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::dense, true, PadRows::masked, false, 4});
   check_loss({{200, 90}, dims(6, 16, 16, 4, 32), 8, LossMode::dense, false, PadRows::attend, false, 5});
   check_loss({{60, 33}, dims(4, 24, 8, 5, 16), 8, LossMode::dense, true, PadRows::masked, false, 9, 0.3});
+}
+
+TEST(FusedIndexerLoss, RanksOfContextParallelLayouts) {
+  DSA_SKIP_WITHOUT_GPU();
+  LossCase a{{37, 20, 3}, dims(3, 40, 8, 3, 20), 6, LossMode::sparse, true, PadRows::masked, true, 61, 0.2};
+  a.cp = CpSpec{2, Layout::zigzag, 0};
+  check_loss(a);
+  LossCase b{{90, 41}, dims(8, 64, 16, 8, 32), 24, LossMode::sparse, true, PadRows::attend, false, 62};
+  b.cp = CpSpec{4, Layout::zigzag, 8};
+  check_loss(b);
+  LossCase c{{29, 50}, dims(4, 24, 8, 5, 16), 8, LossMode::dense, false, PadRows::masked, false, 63};
+  c.cp = CpSpec{3, Layout::contiguous, 0};
+  check_loss(c);
 }
 
 TEST(FusedIndexerLoss, ProductionLike) {
