@@ -150,10 +150,12 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
         const int r = r0 + 8 * (e >> 1);
         const bool ok = slot < cnt;
         p[e] = ok ? exp2f(s[nt][e] * sl2 - sLse[r]) : 0.f;
+        // A softmax over one key has zero gradient: dP and Δ = dO_lat·O_lat are then the same
+        // number summed in two orders (tensor core vs SIMT), so form 0 exactly, never their noise.
 #if DSA_PLANT_dlogit_missing_delta
         ds[e] = ok ? p[e] * dp[nt][e] : 0.f;
 #else
-        ds[e] = ok ? p[e] * (dp[nt][e] - sDelta[r]) : 0.f;
+        ds[e] = ok && cnt > 1 ? p[e] * (dp[nt][e] - sDelta[r]) : 0.f;
 #endif
       }
       const int col = kh * 16 + nt * 8 + 2 * t4;
