@@ -173,7 +173,9 @@ TEST(Indexer, ScoresAndCanonicalTopk) {
           EXPECT_EQ(r.topk.at(g, j), expect) << "row " << g << " slot " << j;
         }
       }
-      if (relu) EXPECT_GT(ties, 5) << "the ReLU case must exercise ties at 0";
+      if (relu) {
+        EXPECT_GT(ties, 5) << "the ReLU case must exercise ties at 0";
+      }
     }
 }
 

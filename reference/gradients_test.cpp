@@ -133,7 +133,9 @@ TEST_P(Gradients, AttentionGradientsMatchFiniteDifferences) {
 }
 
 TEST_P(Gradients, IndexerGradientsMatchFiniteDifferences) {
-  if (p.relu) ASSERT_GT(min_abs_u(p, in), 1e-3) << "a ReLU kink is within reach of the FD step";
+  if (p.relu) {
+    ASSERT_GT(min_abs_u(p, in), 1e-3) << "a ReLU kink is within reach of the FD step";
+  }
   RunOptions fo = opt;
   fo.attention_backward = false;  // the loss and its gradients only
   auto objective = [&](const Inputs& x) { return run_core(p, x, fo).loss.data[0]; };
@@ -155,10 +157,11 @@ TEST_P(Gradients, PadRowsFollowThePolicy) {
     for (const TensorD* t : {&base.dq_nope, &base.dq_pe, &base.dq_I, &base.dw, &base.O, &base.kl}) {
       double m = 0;
       for (int64_t j = 0; j < t->row_size(); ++j) m = std::max(m, std::abs(t->row(g)[j]));
-      if (p.pad_rows == PadRows::masked)
+      if (p.pad_rows == PadRows::masked) {
         EXPECT_EQ(m, 0.0) << "masked pad row " << g;
-      else if (t != &base.kl || p.loss == LossMode::dense)
+      } else if (t != &base.kl || p.loss == LossMode::dense) {
         EXPECT_GT(m, 0.0) << "attending pad row " << g;
+      }
     }
   }
   EXPECT_EQ(pads, 3);
