@@ -241,6 +241,21 @@ TEST_P(AttentionKernels, MatchDoublePrecisionOnSameOperands) {
     if (g % 11 != 5) continue;
     for (int e = 0; e < s.H * s.C; ++e) ASSERT_EQ(got.O[(size_t)g * s.H * s.C + e], 0.0) << "row " << g;
   }
+  // A row with one usable key: softmax over one element has zero gradient, so dQ~ is exactly 0
+  // (not the noise of dP − Δ summed in two orders).
+  const int D = s.C + s.R;
+  int single = 0;
+  for (int g = 0; g < s.Tq; ++g) {
+    int n = 0;
+    for (int i = 0; i < s.K; ++i) {
+      const int t = P.idx[(size_t)g * s.K + i];
+      n += t >= 0 && t < P.Tp && t >= P.kb[g] && t < P.ke[g];
+    }
+    if (n != 1) continue;
+    ++single;
+    for (int e = 0; e < s.H * D; ++e) ASSERT_EQ(got.dQ[(size_t)g * s.H * D + e], 0.0) << "one-key row " << g;
+  }
+  EXPECT_GT(single, 0) << "the problem must hold rows with exactly one usable key";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
