@@ -51,8 +51,9 @@ ScoreRow row_from_matrix(const TensorD& scores, const StreamLayout& L, int64_t g
 std::pair<double, double> score_error(const Problem& p, const Inputs& in, const StreamLayout& L,
                                       const Result& exact, const Result& lowp) {
   double e_l = 0, scale = 0;
-  // O(Tp²·HI·DI) when recomputed: rows in parallel (large cases only, see SmallCaseThreads).
-#pragma omp parallel for schedule(dynamic, 16) reduction(max : e_l, scale)
+  // O(Tp²·HI·DI) when recomputed (large cases): rows in parallel; a lookup otherwise.
+  const bool recompute = !(exact.scores && lowp.scores);
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : e_l, scale) if (recompute)
   for (int64_t g = 0; g < L.tp; ++g)
     for (int64_t t = L.key_begin(g); t < L.key_end(g); ++t) {
       double x, l;
@@ -92,23 +93,6 @@ const TensorD* float_output(const Result& r, const std::string& name) {
   return out;
 }
 
-// Small cases run on one OpenMP thread: a team's idle workers spin between the reference's many
-// short parallel regions (and each CP rank thread has its own team), which made small cases 3-15x
-// slower on a 2-core machine (measured on the smoke and default profiles). Restores the previous setting on exit.
-class SmallCaseThreads {
- public:
-  explicit SmallCaseThreads(const Problem& p, int64_t tp) : saved_(omp_get_max_threads()) {
-    const Dims& d = p.dims;
-    const double work = double(tp) * double(std::min(tp, p.topk)) * double(d.H) * double(d.C + d.R) +
-                        double(tp) * double(tp) * double(d.HI) * double(d.DI);
-    if (work < 1e8) omp_set_num_threads(1);
-  }
-  ~SmallCaseThreads() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 }  // namespace
 
 bool CaseVerdict::has_failure(const std::string& s, const std::string& t, const std::string& cls) const {
@@ -135,7 +119,6 @@ CaseVerdict run_case(const Case& c, Backend& b) {
   const std::optional<TensorI> injected = injected_indices(c);
   const std::vector<std::string> tags = feature_tags(c);
 
-  SmallCaseThreads threads(p, L.tp);
   CaseVerdict v;
   auto run_failure = [&](const char* cls, const std::string& msg) {
     v.verdict = "fail";

@@ -89,6 +89,12 @@ class Rank {
     c_ = all_gather_keys(in.c);
     k_pe_ = all_gather_keys(in.k_pe);
     k_I_ = all_gather_keys(in.k_I);
+    // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
+    // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
+    // 3-15x slower on 2 cores than running them serially.
+    const double work = double(Tq_) * double(std::min(Tp_, p.topk)) * double(d_.H) * double(CR_) +
+                        double(Tq_) * double(Tp_) * double(d_.HI) * double(d_.DI);
+    parallel_ = work >= 1e8;
   }
 
   RankOutput run() {
@@ -180,7 +186,7 @@ class Rank {
     const bool want_scores = Tp_ * Tp_ <= opt_.max_score_elements;
     if (want_scores) out.scores = TensorD({Tq_, Tp_}, kNegInf);
     out.topk = TensorI({Tq_, Kw_}, -1);
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) if (parallel_)
     for (int64_t i = 0; i < Tq_; ++i) {
       const int64_t g = plan_.rows[i];
       const auto keys = visible_keys(g);
@@ -260,7 +266,7 @@ class Rank {
     O_lat_ = Mat<R>::Zero(Tq_, d_.H * d_.C);
     lse_ = Mat<R>::Constant(Tq_, d_.H, -std::numeric_limits<R>::infinity());
     O_ = Mat<R>::Zero(Tq_, d_.H * d_.Dv);
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) if (parallel_)
     for (int64_t i = 0; i < Tq_; ++i) {
       if (S_[i].empty()) continue;  // O = 0, lse = −inf: never NaN
       const Mat<R> l = logits(i, S_[i]);
@@ -301,7 +307,7 @@ class Rank {
     // Key-side accumulators: absorbed dK~ [Tp, C+R] and dV~ [Tp, C]; explicit dk_nope, dk_pe, dv.
     const int64_t kcols = absorbed ? CR_ : H * d_.Dn + d_.R;
     const int64_t vcols = absorbed ? C : H * d_.Dv;
-    const int nthreads = omp_get_max_threads();
+    const int nthreads = parallel_ ? omp_get_max_threads() : 1;
     std::vector<Mat<R>> dK(nthreads, Mat<R>::Zero(Tp_, kcols)), dV(nthreads, Mat<R>::Zero(Tp_, vcols));
     Mat<R> dQ = Mat<R>::Zero(Tq_, absorbed ? H * CR_ : H * (d_.Dn + d_.R));
     std::vector<char> used(Tp_, 0);
@@ -309,7 +315,7 @@ class Rank {
       for (int64_t t : keys) used[t] = 1;
     const R s_dq = opt_.plant == Plant::dq_missing_scale ? R(1) : s_;
 
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) if (parallel_)
     for (int64_t i = 0; i < Tq_; ++i) {
       const auto& keys = S_[i];
       if (keys.empty()) continue;
@@ -450,7 +456,7 @@ class Rank {
     const bool streaming = sparse && opt_.streaming_kl;
     const int64_t chunk = std::max<int64_t>(1, opt_.kl_chunk_rows);
     const int64_t last_chunk_begin = (Tq_ - 1) / chunk * chunk;
-    const int nthreads = omp_get_max_threads();
+    const int nthreads = parallel_ ? omp_get_max_threads() : 1;
     std::vector<Mat<R>> dkI(nthreads, Mat<R>::Zero(Tp_, d_.DI));
     Mat<R> dqI = Mat<R>::Zero(Tq_, d_.HI * d_.DI), dw = Mat<R>::Zero(Tq_, d_.HI);
     Vec<R> kl = Vec<R>::Zero(Tq_);
@@ -460,7 +466,7 @@ class Rank {
     for (int64_t c0 = 0; c0 < Tq_; c0 += chunk) {
       if (streaming && opt_.plant == Plant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
       const int64_t c1 = streaming ? std::min(Tq_, c0 + chunk) : Tq_;
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) if (parallel_)
       for (int64_t i = c0; i < c1; ++i) {
         const int64_t g = plan_.rows[i];
         if (!L_.active(g)) continue;
@@ -532,6 +538,7 @@ class Rank {
   Visibility vis_;
   int64_t Tq_ = 0, Tp_ = 0, CR_ = 0, Kw_ = 0;
   R s_ = 0;
+  bool parallel_ = true;
   Mat<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_;  // query side (own rows) and weights
   Mat<R> c_, k_pe_, k_I_;                              // keys, global order
   Mat<R> k_nope_, v_;                                  // explicit path only
