@@ -101,13 +101,15 @@ TEST(Report, SchemaValidatorRejectsABrokenReport) {
   const json s = load_report_schema();
   json bad = r;
   bad["cases"][0]["verdict"] = "ok";
-  EXPECT_EQ(schema_violation(bad, s), "$.cases[0].verdict: must be one of [\"pass\",\"fail\",\"not-run\",\"cannot-run\"], got \"ok\"");
+  EXPECT_EQ(schema_violation(bad, s), "$.cases[0].verdict: Failed to match against any enum values.");
   bad = r;
   bad["summary"].erase("buckets");
-  EXPECT_EQ(schema_violation(bad, s), "$.summary.buckets: is required");
+  EXPECT_EQ(schema_violation(bad, s), "$.summary: Missing required property 'buckets'.");
   bad = r;
   bad["cases"][1]["tensors"][0]["surprise"] = 1;
-  EXPECT_EQ(schema_violation(bad, s), "$.cases[1].tensors[0].surprise: unknown field");
+  const std::string unknown = schema_violation(bad, s);
+  EXPECT_EQ(unknown.rfind("$.cases[1].tensors[0]: ", 0), 0u) << unknown;
+  EXPECT_NE(unknown.find("'surprise'"), std::string::npos) << unknown;
   bad = r;
   bad["cases"][1]["tensors"][0]["worst"]["g"] = 1.5;
   EXPECT_NE(schema_violation(bad, s), "");
