@@ -57,7 +57,7 @@ TEST(ExecProtocol, InputsCarryTheLayoutAndRoundTrip) {
   EXPECT_EQ(to_json(back.c), to_json(c));
   in.for_each([&](const std::string& n, const TensorD& t) {
     back.in.for_each([&](const std::string& m, const TensorD& u) {
-      if (m == n) EXPECT_TRUE(same_bits(t, u)) << n;
+      if (m == n) { EXPECT_TRUE(same_bits(t, u)) << n; }
     });
   });
   ASSERT_TRUE(back.injected.has_value());
@@ -162,7 +162,7 @@ TEST(MakeBackend, NamesAndRefusals) {
       EXPECT_EQ(e.field, "backend") << bad;
     }
   }
-  if (!cuda_device_present()) EXPECT_THROW(make_backend("cuda"), Unavailable);
+  if (!cuda_device_present()) { EXPECT_THROW(make_backend("cuda"), Unavailable); }
 }
 
 TEST(MakeBackend, ReferenceIsExactAndLowpAndMutantsDiffer) {

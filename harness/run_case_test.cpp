@@ -93,7 +93,7 @@ TEST(RunCase, LegalTieFlipIsNotAnAttentionMismatch) {
   // The exact oracle was recomputed on the backend's keys: the (exact) backend matches it exactly,
   // rather than merely within a tolerance that the flip also inflated.
   for (auto& ch : v.checks)
-    if (ch.tensor != "topk") EXPECT_EQ(ch.e_f, 0) << ch.tensor;
+    if (ch.tensor != "topk") { EXPECT_EQ(ch.e_f, 0) << ch.tensor; }
 }
 
 TEST(RunCase, NonEquivalentTopkIsCaughtAndLocated) {
@@ -111,7 +111,7 @@ TEST(RunCase, NonEquivalentTopkIsCaughtAndLocated) {
   EXPECT_EQ(v.bucket, "test:fn/indexer/topk/topk-not-equivalent/ties");
   // The attention was computed on the exact keys, so it is not blamed for the indexer's bug.
   for (auto& ch : v.checks)
-    if (ch.stage == "attention") EXPECT_EQ(ch.status, "pass") << ch.tensor;
+    if (ch.stage == "attention") { EXPECT_EQ(ch.status, "pass") << ch.tensor; }
 }
 
 TEST(RunCase, InjectedIndicesReachBothOracles) {

@@ -48,10 +48,10 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
   EXPECT_EQ(a.topk.data, b.topk.data) << what;
   EXPECT_EQ(a.topk.shape, b.topk.shape) << what;
   ASSERT_EQ(a.scores.has_value(), b.scores.has_value()) << what;
-  if (a.scores) EXPECT_TRUE(same_bits(*a.scores, *b.scores)) << what << " scores";
+  if (a.scores) { EXPECT_TRUE(same_bits(*a.scores, *b.scores)) << what << " scores"; }
   a.for_each_float([&](const std::string& n, const TensorD& x) {
     b.for_each_float([&](const std::string& m, const TensorD& y) {
-      if (m == n) EXPECT_TRUE(same_bits(x, y)) << what << " " << n;
+      if (m == n) { EXPECT_TRUE(same_bits(x, y)) << what << " " << n; }
     });
   });
 }

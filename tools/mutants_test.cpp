@@ -92,8 +92,9 @@ TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
   EXPECT_GE(shrunk, 1);
   // Mutant shrinks never land in the source corpus: they sit next to the report.
   for (auto& c : rep["cases"])
-    if (!c["shrunk"].is_null())
+    if (!c["shrunk"].is_null()) {
       EXPECT_EQ(c["shrunk"]["file"].get<std::string>().rfind((dir / "r-cases").string(), 0), 0u);
+    }
   std::printf("%-30s detected at case %lld, %.1f s, shrunk to %s\n", name.c_str(), (long long)first, seconds,
               rep["cases"][first]["shrunk"].is_null() ? "-" : rep["cases"][first]["shrunk"]["description"].get<std::string>().c_str());
   fs::remove_all(dir);
