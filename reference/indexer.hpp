@@ -1,0 +1,70 @@
+// Indexer scores, top-k and the attention's key sets S(g) of one rank (SPEC.md §3–§5).
+// Members of detail::Rank (rank.hpp), included by core.cpp only.
+#pragma once
+
+#include "reference/rank.hpp"
+#include "reference/topk.hpp"
+
+namespace dsa::detail {
+
+// u[t, h] = k_I[key t] · q_I[g, h] for the given keys; scores I = φ(u)·w[g].
+template <class P>
+auto Rank<P>::indexer_u(int64_t i, const std::vector<int64_t>& keys) const -> Mat<R> {
+  Mat<R> kI(static_cast<int64_t>(keys.size()), d_.DI);
+  for (size_t j = 0; j < keys.size(); ++j) kI.row(j) = k_I_.row(keys[j]);
+  Eigen::Map<const Mat<R>> qI(q_I_.row(i).data(), d_.HI, d_.DI);
+  return kI * qI.transpose();
+}
+
+template <class P>
+auto Rank<P>::indexer_scores(int64_t i, const Mat<R>& u) const -> Vec<R> {
+  Vec<R> out(u.rows());
+  for (int64_t t = 0; t < u.rows(); ++t) {
+    R acc = 0;
+    for (int64_t h = 0; h < d_.HI; ++h) acc += w_(i, h) * phi(u(t, h));
+    out(t) = acc;
+  }
+  return out;
+}
+
+template <class P>
+auto Rank<P>::visible_keys(int64_t g) const -> std::vector<int64_t> {
+  std::vector<int64_t> keys;
+  for (int64_t t = vis_.begin(g); t < vis_.end(g); ++t) keys.push_back(t);
+  return keys;
+}
+
+template <class P>
+void Rank<P>::indexer(RankOutput& out) {
+  const bool want_scores = Tp_ * Tp_ <= opt_.max_score_elements;
+  if (want_scores) out.scores = TensorD({Tq_, Tp_}, kNegInf);
+  out.topk = TensorI({Tq_, Kw_}, -1);
+#pragma omp parallel for schedule(static, 1) if (parallel_)
+  for (int64_t i = 0; i < Tq_; ++i) {
+    const int64_t g = plan_.rows[i];
+    const auto keys = visible_keys(g);
+    const Vec<R> I = indexer_scores(i, indexer_u(i, keys));
+    std::vector<double> sc(I.data(), I.data() + I.size());
+    const int64_t begin = keys.empty() ? 0 : keys.front();
+    topk_canonical(sc.data(), static_cast<int64_t>(sc.size()), begin, Kw_, out.topk.row(i), opt_.plant);
+    if (want_scores) std::copy(sc.begin(), sc.end(), out.scores.row(i) + begin);
+  }
+  topk_ = &out.topk;
+}
+
+// S(g): the valid, visible keys of the attention's index row, as a sorted set (SPEC.md §5).
+template <class P>
+void Rank<P>::select_keys() {
+  S_.assign(Tq_, {});
+  for (int64_t i = 0; i < Tq_; ++i) {
+    const int64_t g = plan_.rows[i];
+    const int32_t* row = opt_.attention_indices ? opt_.attention_indices->row(plan_.own_rows[i]) : topk_->row(i);
+    const int64_t width = opt_.attention_indices ? opt_.attention_indices->row_size() : Kw_;
+    for (int64_t j = 0; j < width; ++j)
+      if (int64_t t = vis_.attention_key(g, row[j]); t >= 0) S_[i].push_back(t);
+    std::sort(S_[i].begin(), S_[i].end());
+    S_[i].erase(std::unique(S_[i].begin(), S_[i].end()), S_[i].end());
+  }
+}
+
+}  // namespace dsa::detail

@@ -1,0 +1,104 @@
+// The indexer KL loss of one rank: dense, sparse and streaming sparse, forward and backward (SPEC.md §7).
+// Members of detail::Rank (rank.hpp), included by core.cpp only.
+#pragma once
+
+#include "reference/rank.hpp"
+
+namespace dsa::detail {
+
+template <class P>
+void Rank<P>::loss(RankOutput& out) {
+  out.kl = TensorD({Tq_});
+  out.dq_I = TensorD({Tq_, d_.HI, d_.DI});
+  out.dw = TensorD({Tq_, d_.HI});
+  out.dk_I = TensorD({Tq_, d_.DI});
+  if (p_.loss == LossMode::off) return;
+
+  int64_t counted_local = 0;
+  for (int64_t g : plan_.rows) counted_local += L_.active(g) ? 1 : 0;
+  double counted[1] = {static_cast<double>(counted_local)};
+  all_reduce(counted, 1);
+  double N = std::max(1.0, counted[0]);
+  if (opt_.plant == Plant::loss_per_rank_mean)
+    N = std::max<double>(1.0, static_cast<double>(counted_local)) * (plan_.comm ? plan_.comm->size() : 1);
+  const R scale = static_cast<R>(p_.coeff / N);
+
+  const bool sparse = p_.loss == LossMode::sparse;
+  const bool streaming = sparse && opt_.streaming_kl;
+  const int64_t chunk = std::max<int64_t>(1, opt_.kl_chunk_rows);
+  const int64_t last_chunk_begin = (Tq_ - 1) / chunk * chunk;
+  const int nthreads = parallel_ ? omp_get_max_threads() : 1;
+  std::vector<Mat<R>> dkI(nthreads, Mat<R>::Zero(Tp_, d_.DI));
+  Mat<R> dqI = Mat<R>::Zero(Tq_, d_.HI * d_.DI), dw = Mat<R>::Zero(Tq_, d_.HI);
+  Vec<R> kl = Vec<R>::Zero(Tq_);
+
+  // The streaming form walks chunks of rows; each row's work is independent, so the chunk is
+  // only a bound on live memory here. Its A_h reuses the attention's lse instead of a softmax.
+  for (int64_t c0 = 0; c0 < Tq_; c0 += chunk) {
+    if (streaming && opt_.plant == Plant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
+    const int64_t c1 = streaming ? std::min(Tq_, c0 + chunk) : Tq_;
+#pragma omp parallel for schedule(static, 1) if (parallel_)
+    for (int64_t i = c0; i < c1; ++i) {
+      const int64_t g = plan_.rows[i];
+      if (!L_.active(g)) continue;
+      const std::vector<int64_t> keys = sparse ? S_[i] : visible_keys(g);
+      if (keys.empty()) continue;
+      const int64_t n = static_cast<int64_t>(keys.size());
+      Mat<R> A = logits(i, keys);
+      for (int64_t h = 0; h < d_.H; ++h) {
+        const R norm = streaming ? lse_(i, h) : row_lse(A.row(h).transpose());
+        A.row(h) = (A.row(h).array() - norm).exp();
+      }
+      Vec<R> T = A.colwise().sum().transpose();
+      T /= std::max(T.sum(), R(1e-10));
+
+      const Mat<R> u = indexer_u(i, keys);
+      const Vec<R> I = indexer_scores(i, u);
+      const Vec<R> logQ = I.array() - row_lse(I);
+      const Vec<R> Q = logQ.array().exp();
+      Vec<R> dI(n);
+      if (opt_.plant == Plant::kl_reversed) {
+        // KL(Q‖T) = Σ Q (logQ − log T) and its gradient Q·(a − KL), a = logQ − log T.
+        Vec<R> a(n);
+        for (int64_t t = 0; t < n; ++t) a(t) = logQ(t) - std::log(std::max(T(t), R(1e-10)));
+        kl(i) = Q.dot(a);
+        dI = scale * (Q.array() * (a.array() - kl(i))).matrix();
+      } else {
+        R acc = 0;
+        for (int64_t t = 0; t < n; ++t)
+          if (T(t) > 0) acc += T(t) * (std::log(std::max(T(t), R(1e-10))) - logQ(t));
+        kl(i) = acc;
+        dI = scale * (Q - T);
+      }
+
+      const int tid = omp_get_thread_num();
+      Eigen::Map<const Mat<R>> qI(q_I_.row(i).data(), d_.HI, d_.DI);
+      Mat<R> du(n, d_.HI);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < d_.HI; ++h) {
+          dw(i, h) += dI(t) * phi(u(t, h));
+          du(t, h) = P::bf(dI(t) * w_(i, h) * dphi(u(t, h)));
+        }
+      Mat<R> kI(n, d_.DI);
+      for (int64_t t = 0; t < n; ++t) kI.row(t) = k_I_.row(keys[t]);
+      Eigen::Map<Mat<R>>(dqI.row(i).data(), d_.HI, d_.DI) = du.transpose() * kI;
+      const Mat<R> dk = du * qI;
+      for (int64_t t = 0; t < n; ++t) dkI[tid].row(keys[t]) += dk.row(t);
+    }
+    if (!streaming) break;
+  }
+  for (int t = 1; t < nthreads; ++t) dkI[0] += dkI[t];
+
+  // Each rank contributes coeff·Σ KL / N; with the global N the contributions sum to L.
+  double contrib[1] = {p_.coeff * static_cast<double>(kl.template cast<double>().sum()) / N};
+  all_reduce(contrib, 1);
+  out.loss = static_cast<double>(static_cast<R>(contrib[0]));
+  bf_inplace<P>(dqI);
+  bf_inplace<P>(dw);
+  out.kl = to_tensor<R>(kl.transpose(), {Tq_});
+  out.dq_I = to_tensor<R>(dqI, {Tq_, d_.HI, d_.DI});
+  out.dw = to_tensor<R>(dw, {Tq_, d_.HI});
+  out.dk_I = round_out(reduce_scatter_keys(dkI[0]));
+}
+
+}  // namespace dsa::detail

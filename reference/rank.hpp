@@ -1,0 +1,206 @@
+// One rank of the reference DSA core (SPEC.md §3–§7): some query rows (all of them when not
+// sharded) and every key in global order, written once over a precision policy (precision.hpp).
+// The math lives beside this file, one header per stage: indexer.hpp (scores, top-k, S(g)),
+// attention.hpp (sparse MLA forward and backward), loss.hpp (the indexer KL). core.cpp runs it.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "reference/comm.hpp"
+#include "reference/core.hpp"
+#include "reference/precision.hpp"
+#include "reference/visibility.hpp"
+
+namespace dsa::detail {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+template <class R>
+using Mat = RowMat<R>;
+template <class R>
+using Vec = Eigen::Matrix<R, Eigen::Dynamic, 1>;
+
+// Rows `rows` of a [T, ...] tensor as a [rows.size(), row_size] matrix of R.
+template <class R>
+Mat<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
+  Mat<R> m(static_cast<int64_t>(rows.size()), t.row_size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t j = 0; j < t.row_size(); ++j) m(i, j) = static_cast<R>(t.row(rows[i])[j]);
+  return m;
+}
+
+template <class R>
+Mat<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
+  return ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
+}
+
+template <class R, class M>
+TensorD to_tensor(const M& m, Shape shape) {
+  TensorD t(std::move(shape));
+  MatMap<double>(t.data.data(), m.rows(), m.cols()) = m.template cast<double>();
+  return t;
+}
+
+// Where the rank's view of the stream comes from: the rows it believes it owns (in local order),
+// the permutation that restores all-gathered key rows to global order, and the communicator.
+struct RankPlan {
+  std::vector<int64_t> rows;          // global row of each local row, as the rank computes
+  std::vector<int64_t> gather_order;  // global row of each all-gathered key row
+  std::vector<int64_t> own_rows;      // global rows whose data the rank really holds
+  HostComm* comm = nullptr;           // nullptr: a single rank holding every row
+};
+
+struct RankOutput {
+  TensorD scores;  // [Tq, Tp] or empty
+  TensorI topk;
+  TensorD O, O_lat, lse, kl, dq_nope, dq_pe, dq_I, dw;  // local rows
+  TensorD dc, dk_pe, dk_I;                              // local rows, reduced over ranks
+  TensorD dW_UK, dW_UV;                                 // reduced over ranks
+  double loss = 0;
+};
+
+template <class P>
+class Rank {
+  using R = typename P::Real;
+
+ public:
+  Rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt, const RankPlan& plan)
+      : p_(p), d_(p.dims), L_(L), opt_(opt), plan_(plan), vis_{L, opt.plant} {
+    Tq_ = static_cast<int64_t>(plan.rows.size());
+    Tp_ = L.tp;
+    CR_ = d_.C + d_.R;
+    Kw_ = topk_width(p.topk, Tp_);
+    s_ = static_cast<R>(p.softmax_scale);
+    const auto& own = plan.own_rows;
+    q_nope_ = gather_rows<R>(in.q_nope, own);
+    q_pe_ = gather_rows<R>(in.q_pe, own);
+    q_I_ = gather_rows<R>(in.q_I, own);
+    w_ = gather_rows<R>(in.w, own);
+    dO_ = gather_rows<R>(in.dO, own);
+    W_UK_ = as_matrix<R>(in.W_UK, d_.H * d_.Dn, d_.C);
+    W_UV_ = as_matrix<R>(in.W_UV, d_.H * d_.Dv, d_.C);
+    c_ = all_gather_keys(in.c);
+    k_pe_ = all_gather_keys(in.k_pe);
+    k_I_ = all_gather_keys(in.k_I);
+    // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
+    // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
+    // 3-15x slower on 2 cores than running them serially.
+    const double work = double(Tq_) * double(std::min(Tp_, p.topk)) * double(d_.H) * double(CR_) +
+                        double(Tq_) * double(Tp_) * double(d_.HI) * double(d_.DI);
+    parallel_ = work >= 1e8;
+  }
+
+  RankOutput run() {
+    RankOutput out;
+    indexer(out);
+    select_keys();
+    if (p_.path == Path::absorbed) project_queries();
+    else materialize_explicit_keys();
+    attention_forward(out);
+    loss(out);
+    if (opt_.attention_backward) attention_backward(out);
+    return out;
+  }
+
+ private:
+  // ---- communication -------------------------------------------------------------------------
+
+  // Keys of every rank, all-gathered in rank order and restored to global order 0..Tp-1.
+  Mat<R> all_gather_keys(const TensorD& t) {
+    const int64_t cols = t.row_size();
+    if (!plan_.comm) return as_matrix<R>(t, Tp_, cols);
+    std::vector<double> send(plan_.own_rows.size() * cols), recv(Tp_ * cols);
+    for (size_t i = 0; i < plan_.own_rows.size(); ++i)
+      std::copy_n(t.row(plan_.own_rows[i]), cols, send.data() + i * cols);
+    plan_.comm->allgather(send.data(), recv.data(), static_cast<int64_t>(send.size()));
+    Mat<R> m(Tp_, cols);
+    for (int64_t i = 0; i < Tp_; ++i)
+      for (int64_t j = 0; j < cols; ++j) m(plan_.gather_order[i], j) = static_cast<R>(recv[i * cols + j]);
+    return m;
+  }
+
+  // Partial key gradients over all Tp rows -> this rank's own rows, summed over ranks.
+  TensorD reduce_scatter_keys(const Mat<R>& partial) {
+    const int64_t cols = partial.cols();
+    TensorD out({Tq_, cols});
+    if (!plan_.comm) {
+      MatMap<double>(out.data.data(), Tq_, cols) = partial.template cast<double>();
+      return out;
+    }
+    std::vector<double> send(Tp_ * cols);
+    for (int64_t i = 0; i < Tp_; ++i)
+      for (int64_t j = 0; j < cols; ++j) send[i * cols + j] = partial(plan_.gather_order[i], j);
+    if (opt_.plant == Plant::no_key_grad_reduce_scatter) {
+      const int64_t off = plan_.comm->rank() * Tq_ * cols;
+      std::copy_n(send.data() + off, Tq_ * cols, out.data.data());
+    } else {
+      plan_.comm->reduce_scatter(send.data(), out.data.data(), Tq_ * cols);
+    }
+    return out;
+  }
+
+  void all_reduce(double* buf, int64_t n) {
+    if (plan_.comm) plan_.comm->allreduce_sum(buf, n);
+  }
+
+  // ---- indexer and top-k (SPEC.md §3–§4): indexer.hpp ------------------------------------------
+
+  R phi(R u) const { return p_.relu ? std::max(u, R(0)) : u; }
+  R dphi(R u) const {
+    if (!p_.relu) return R(1);
+    if (u == R(0)) return opt_.plant == Plant::relu_grad_one_at_zero ? R(1) : R(0);
+    return u > R(0) ? R(1) : R(0);
+  }
+  Mat<R> indexer_u(int64_t i, const std::vector<int64_t>& keys) const;  // u[t,h] = k_I[t]·q_I[g,h]
+  Vec<R> indexer_scores(int64_t i, const Mat<R>& u) const;              // I = φ(u)·w[g]
+  std::vector<int64_t> visible_keys(int64_t g) const;
+  void indexer(RankOutput& out);  // scores and the canonical top-k of every local row
+  void select_keys();             // S(g): valid, visible keys of the attention's index rows
+
+  // ---- attention (SPEC.md §5–§6): attention.hpp ---------------------------------------------
+
+  void project_queries();            // Q~ = [q_nope·W_UK ; q_pe]
+  void materialize_explicit_keys();  // k_nope, v (explicit path)
+  Mat<R> gather_K(const std::vector<int64_t>& keys) const;  // K~ rows [c ; k_pe]
+  Mat<R> logits(int64_t i, const std::vector<int64_t>& keys) const;  // s·Q~[g]·K~ᵀ, [H, keys]
+  static R row_lse(const Eigen::Ref<const Vec<R>>& x) {
+    if (x.size() == 0) return -std::numeric_limits<R>::infinity();
+    const R m = x.maxCoeff();
+    return m + std::log((x.array() - m).exp().sum());
+  }
+  void attention_forward(RankOutput& out);   // O_lat, lse, O
+  void attention_backward(RankOutput& out);  // dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe
+
+  // ---- indexer loss (SPEC.md §7): loss.hpp --------------------------------------------------
+
+  void loss(RankOutput& out);  // kl, loss, dq_I, dk_I, dw
+
+  // Gradients are written rounded to bf16 under the bf16 policy (SPEC.md §8).
+  static TensorD round_out(TensorD t) {
+    for (double& x : t.data) x = static_cast<double>(P::bf(static_cast<R>(x)));
+    return t;
+  }
+
+  const Problem& p_;
+  const Dims& d_;
+  const StreamLayout& L_;
+  const RunOptions& opt_;
+  const RankPlan& plan_;
+  Visibility vis_;
+  int64_t Tq_ = 0, Tp_ = 0, CR_ = 0, Kw_ = 0;
+  R s_ = 0;
+  bool parallel_ = true;
+  Mat<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_;  // query side (own rows) and weights
+  Mat<R> c_, k_pe_, k_I_;                              // keys, global order
+  Mat<R> k_nope_, v_;                                  // explicit path only
+  Mat<R> Qt_, O_lat_, lse_, O_;
+  const TensorI* topk_ = nullptr;
+  std::vector<std::vector<int64_t>> S_;
+};
+
+}  // namespace dsa::detail
