@@ -12,7 +12,7 @@
 #include <string>
 
 #include "fused/attention.hpp"
-#include "fused/attention_mma.cuh"
+#include "fused/mma.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
 

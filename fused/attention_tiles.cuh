@@ -7,7 +7,7 @@
 
 #include <cuda_bf16.h>
 
-#include "fused/attention_mma.cuh"
+#include "fused/mma.cuh"
 
 namespace dsa::fused::tiles {
 

@@ -24,7 +24,7 @@
 #include "fused/api.cuh"
 #include "fused/cuda_check.hpp"
 #include "fused/indexer_rows.cuh"
-#include "fused/mma_frag.cuh"
+#include "fused/mma.cuh"
 #include "fused/topk_select.cuh"
 #include "reference/errors.hpp"
 
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
     const int q = e / (L.HIp * half_row), h = (e / half_row) % L.HIp, d = 2 * (e % half_row);
     const int i = i0 + q;
     uint32_t v = 0;
-    if (i < a.Tq && h < HI) v = frag::load_pair(a.q_I + (size_t(i) * HI + h) * DI, d, DI, di_even);
+    if (i < a.Tq && h < HI) v = mma::load_pair(a.q_I + (size_t(i) * HI + h) * DI, d, DI, di_even);
     *reinterpret_cast<uint32_t*>(sq + (size_t(q) * L.HIp + h) * L.LDQ + d) = v;
   }
   for (int e = tid; e < L.BQ * L.HIp; e += kThreads) {
@@ -116,10 +116,10 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
       for (int ks = 0; ks < KS; ++ks) {
         const int d = ks * 16 + 2 * qq;
         const bool in = ks < nks;
-        af[m][ks][0] = (in && ok0) ? frag::load_pair(r0, d, DI, di_even) : 0u;
-        af[m][ks][1] = (in && ok1) ? frag::load_pair(r1, d, DI, di_even) : 0u;
-        af[m][ks][2] = (in && ok0) ? frag::load_pair(r0, d + 8, DI, di_even) : 0u;
-        af[m][ks][3] = (in && ok1) ? frag::load_pair(r1, d + 8, DI, di_even) : 0u;
+        af[m][ks][0] = (in && ok0) ? mma::load_pair(r0, d, DI, di_even) : 0u;
+        af[m][ks][1] = (in && ok1) ? mma::load_pair(r1, d, DI, di_even) : 0u;
+        af[m][ks][2] = (in && ok0) ? mma::load_pair(r0, d + 8, DI, di_even) : 0u;
+        af[m][ks][3] = (in && ok1) ? mma::load_pair(r1, d + 8, DI, di_even) : 0u;
       }
     }
 
@@ -131,16 +131,16 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
       float sc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
       for (int np = 0; np < npairs; ++np) {
         float acc[2][2][4] = {};
-        const bf16* bp = sqq + size_t(np * 16 + frag::ofs_r1(lane)) * L.LDQ + frag::ofs_c1(lane);
+        const bf16* bp = sqq + size_t(np * 16 + mma::bnk_row(lane)) * L.LDQ + mma::bnk_col(lane);
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
           if (ks < nks) {
             uint32_t b[4];
-            frag::ldsm_x4(b, bp + ks * 16);
+            mma::ldmatrix_x4(b, bp + ks * 16);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-              frag::mma16816(acc[m][0], af[m][ks], b[0], b[1]);
-              frag::mma16816(acc[m][1], af[m][ks], b[2], b[3]);
+              mma::mma_bf16(acc[m][0], af[m][ks], b[0], b[1]);
+              mma::mma_bf16(acc[m][1], af[m][ks], b[2], b[3]);
             }
           }
         }

@@ -26,7 +26,7 @@
 #include "fused/api.cuh"
 #include "fused/cuda_check.hpp"
 #include "fused/indexer_rows.cuh"
-#include "fused/mma_frag.cuh"
+#include "fused/mma.cuh"
 #include "reference/errors.hpp"
 
 namespace dsa::fused {
@@ -96,7 +96,7 @@ __device__ __forceinline__ uint32_t ktilde_pair(const bf16* crow, const bf16* pr
   }
   const bf16 z = __float2bfloat16(0.f);
   auto at = [&](int x) { return x < C ? crow[x] : (x < C + R ? prow[x - C] : z); };
-  return frag::pack2(at(d), at(d + 1));
+  return mma::pack_bf16(at(d), at(d + 1));
 }
 
 struct RowCtx {
@@ -125,7 +125,7 @@ __device__ __forceinline__ void logits_tile(const RowCtx& x, float (&acc)[kMaxHP
   const bf16* p1 = a.k_pe + size_t(t1 < 0 ? 0 : t1) * a.R;
   const bool even = (a.C % 2 == 0) && (a.R % 2 == 0);
   const int nhp = x.L.Hp / 16, nks = x.L.CRp / 16;
-  const bf16* bp = x.sQ + size_t(frag::ofs_r1(x.lane)) * x.L.LDQ + frag::ofs_c1(x.lane);
+  const bf16* bp = x.sQ + size_t(mma::bnk_row(x.lane)) * x.L.LDQ + mma::bnk_col(x.lane);
   auto load_a = [&](int ks, uint32_t (&af)[4]) {
     const int d = ks * 16 + 2 * x.qq;
     af[0] = t0 >= 0 ? ktilde_pair(c0, p0, d, a.C, a.R, even) : 0u;
@@ -140,9 +140,9 @@ __device__ __forceinline__ void logits_tile(const RowCtx& x, float (&acc)[kMaxHP
     for (int hp = 0; hp < kMaxHP; ++hp) {
       if (hp < nhp) {
         uint32_t b[4];
-        frag::ldsm_x4(b, bp + size_t(hp * 16) * x.L.LDQ + ks * 16);
-        frag::mma16816(acc[hp][0], af, b[0], b[1]);
-        frag::mma16816(acc[hp][1], af, b[2], b[3]);
+        mma::ldmatrix_x4(b, bp + size_t(hp * 16) * x.L.LDQ + ks * 16);
+        mma::mma_bf16(acc[hp][0], af, b[0], b[1]);
+        mma::mma_bf16(acc[hp][1], af, b[2], b[3]);
       }
     }
   };
@@ -199,18 +199,18 @@ __device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kMaxIP][2][4
 #pragma unroll
       for (int c = 0; c < 4; ++c) ua[ip][n][c] = 0.f;
   const int nip = x.L.HIp / 16, nks = x.L.DIp / 16;
-  const bf16* ap = x.skI + size_t(x.warp * 16 + frag::ofs_r0(x.lane)) * x.L.LDI + frag::ofs_c0(x.lane);
-  const bf16* bp = x.sq + size_t(frag::ofs_r1(x.lane)) * x.L.LDI + frag::ofs_c1(x.lane);
+  const bf16* ap = x.skI + size_t(x.warp * 16 + mma::a_row(x.lane)) * x.L.LDI + mma::a_col(x.lane);
+  const bf16* bp = x.sq + size_t(mma::bnk_row(x.lane)) * x.L.LDI + mma::bnk_col(x.lane);
   for (int ks = 0; ks < nks; ++ks) {
     uint32_t af[4];
-    frag::ldsm_x4(af, ap + ks * 16);
+    mma::ldmatrix_x4(af, ap + ks * 16);
 #pragma unroll
     for (int ip = 0; ip < kMaxIP; ++ip) {
       if (ip < nip) {
         uint32_t b[4];
-        frag::ldsm_x4(b, bp + size_t(ip * 16) * x.L.LDI + ks * 16);
-        frag::mma16816(ua[ip][0], af, b[0], b[1]);
-        frag::mma16816(ua[ip][1], af, b[2], b[3]);
+        mma::ldmatrix_x4(b, bp + size_t(ip * 16) * x.L.LDI + ks * 16);
+        mma::mma_bf16(ua[ip][0], af, b[0], b[1]);
+        mma::mma_bf16(ua[ip][1], af, b[2], b[3]);
       }
     }
   }
@@ -277,13 +277,13 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
   } else {
     for (int e = tid; e < L.Hp * (L.CRp / 2); e += kThreads) {
       const int h = e / (L.CRp / 2), d = 2 * (e % (L.CRp / 2));
-      const uint32_t v = h < H ? frag::load_pair(a.Qt + (size_t(i) * H + h) * CR, d, CR, cr_even) : 0u;
+      const uint32_t v = h < H ? mma::load_pair(a.Qt + (size_t(i) * H + h) * CR, d, CR, cr_even) : 0u;
       *reinterpret_cast<uint32_t*>(sQ + size_t(h) * L.LDQ + d) = v;
     }
   }
   for (int e = tid; e < L.HIp * (L.DIp / 2); e += kThreads) {
     const int h = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
-    const uint32_t v = h < HI ? frag::load_pair(a.q_I + (size_t(i) * HI + h) * DI, d, DI, di_even) : 0u;
+    const uint32_t v = h < HI ? mma::load_pair(a.q_I + (size_t(i) * HI + h) * DI, d, DI, di_even) : 0u;
     *reinterpret_cast<uint32_t*>(sq + size_t(h) * L.LDI + d) = v;
   }
   for (int h = tid; h < L.HIp; h += kThreads) sw[h] = h < HI ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
       for (int e = lane; e < 16 * (L.DIp / 2); e += 32) {
         const int r = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
         const int t = skeys[warp * 16 + r];
-        const uint32_t v = t >= 0 ? frag::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
+        const uint32_t v = t >= 0 ? mma::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
         *reinterpret_cast<uint32_t*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
       }
     }
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
             }
 #pragma unroll
           for (int r = 0; r < 2; ++r)
-            *reinterpret_cast<uint32_t*>(sdu + size_t(warp * 16 + gq + 8 * r) * L.LDU + h) = frag::pack2(du[r][0], du[r][1]);
+            *reinterpret_cast<uint32_t*>(sdu + size_t(warp * 16 + gq + 8 * r) * L.LDU + h) = mma::pack_bf16(du[r][0], du[r][1]);
         }
       }
     __syncwarp();
@@ -479,15 +479,15 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
       float acc[8][4] = {};
       for (int j = 0; j < nip; ++j) {
         uint32_t af[4];
-        frag::ldsm_x4(af, sdu + size_t(warp * 16 + frag::ofs_r0(lane)) * L.LDU + j * 16 + frag::ofs_c0(lane));
+        mma::ldmatrix_x4(af, sdu + size_t(warp * 16 + mma::a_row(lane)) * L.LDU + j * 16 + mma::a_col(lane));
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           const int n0 = dc * 64 + np * 16;
           if (n0 < L.DIp) {
             uint32_t b[4];
-            frag::ldsm_x4_t(b, sq + size_t(j * 16 + frag::ofs_r0(lane)) * L.LDI + n0 + frag::ofs_c0(lane));
-            frag::mma16816(acc[2 * np], af, b[0], b[1]);
-            frag::mma16816(acc[2 * np + 1], af, b[2], b[3]);
+            mma::ldmatrix_x4_trans(b, sq + size_t(j * 16 + mma::a_row(lane)) * L.LDI + n0 + mma::a_col(lane));
+            mma::mma_bf16(acc[2 * np], af, b[0], b[1]);
+            mma::mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
           }
         }
       }
@@ -527,15 +527,15 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
       float acc[8][4] = {};
       for (int kk = 0; kk < kTile / 16; ++kk) {
         uint32_t af[4];
-        frag::ldsm_x4_t(af, sdu + size_t(kk * 16 + frag::ofs_r1(lane)) * L.LDU + mh * 16 + frag::ofs_c1(lane));
+        mma::ldmatrix_x4_trans(af, sdu + size_t(kk * 16 + mma::bnk_row(lane)) * L.LDU + mh * 16 + mma::bnk_col(lane));
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           const int n0 = dc * 64 + np * 16;
           if (n0 < L.DIp) {
             uint32_t b[4];
-            frag::ldsm_x4_t(b, skI + size_t(kk * 16 + frag::ofs_r0(lane)) * L.LDI + n0 + frag::ofs_c0(lane));
-            frag::mma16816(acc[2 * np], af, b[0], b[1]);
-            frag::mma16816(acc[2 * np + 1], af, b[2], b[3]);
+            mma::ldmatrix_x4_trans(b, skI + size_t(kk * 16 + mma::a_row(lane)) * L.LDI + n0 + mma::a_col(lane));
+            mma::mma_bf16(acc[2 * np], af, b[0], b[1]);
+            mma::mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
           }
         }
       }
