@@ -3,21 +3,16 @@
 
 #include "harness/fuzz.hpp"
 #include "reference/errors.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/session_args.hpp"
 
 namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "seed", "cases", "time-budget", "profile", "report", "junit", "corpus", "comm"},
-         {"shrink"});
+  Args a(argc, argv, session_flags({"seed", "cases", "time-budget", "profile", "corpus"}), {"shrink"});
   a.expect_positional({});
-  SessionOptions o;
-  o.command = "fuzz";
-  for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
-  o.backend = a.get_or("backend", "auto");
-  o.backend_opt.comm = a.get_or("comm", "auto");
+  SessionOptions o = session_options(a, "fuzz", argc, argv);
   o.seed = static_cast<uint64_t>(a.get_int("seed", 1, 0));
   o.profile = a.get_or("profile", "default");
   if (a.get("cases")) o.cases = a.get_int("cases", 0, 0);
@@ -26,8 +21,6 @@ int run(int argc, char** argv) {
     require(std::isfinite(t) && t > 0, "--time-budget", "must be a number of seconds > 0");
     o.time_budget_s = t;
   }
-  o.report = a.get_or("report", "");
-  o.junit = a.get_or("junit", "");
   o.shrink = a.has("shrink");
   // The corpus is replayed first; "none" skips it. Shrunk cases of real backends go to its regressions/.
   std::string corpus = a.get_or("corpus", default_corpus());

@@ -1,24 +1,18 @@
 // dsa-parity repro: one case file on one backend, every checked tensor's metrics printed.
 #include "harness/fuzz.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/session_args.hpp"
 
 namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "report", "junit", "comm"});
+  Args a(argc, argv, session_flags());
   a.expect_positional({"CASE.json"});
-  SessionOptions o;
-  o.command = "repro";
-  for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
-  o.backend = a.get_or("backend", "auto");
-  o.backend_opt.comm = a.get_or("comm", "auto");
+  SessionOptions o = session_options(a, "repro", argc, argv);
   o.random = false;
   o.case_files = {a.positional()[0]};
   corpus_files(o.case_files[0], "CASE.json");  // exists?
-  o.report = a.get_or("report", "");
-  o.junit = a.get_or("junit", "");
   o.verbose = true;
   o.progress = false;
   return run_session(o);

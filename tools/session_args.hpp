@@ -1,0 +1,30 @@
+// What fuzz, repro and replay share on the command line: the backend, its communicator and the
+// report files.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "harness/fuzz.hpp"
+#include "tools/args.hpp"
+
+namespace dsa::cli {
+
+// The flags every session subcommand takes, plus `extra`.
+inline std::set<std::string> session_flags(std::set<std::string> extra = {}) {
+  extra.insert({"backend", "comm", "report", "junit"});
+  return extra;
+}
+
+inline SessionOptions session_options(const Args& a, const std::string& command, int argc, char** argv) {
+  SessionOptions o;
+  o.command = command;
+  for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
+  o.backend = a.get_or("backend", "auto");
+  o.backend_opt.comm = a.get_or("comm", "auto");
+  o.report = a.get_or("report", "");
+  o.junit = a.get_or("junit", "");
+  return o;
+}
+
+}  // namespace dsa::cli
