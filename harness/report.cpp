@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -73,10 +74,14 @@ std::string utc_now() {
 
 json environment_json() {
   json e;
-  std::string sha = command_output("git -C '" DSA_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
-  if (!sha.empty() && !command_output("git -C '" DSA_SOURCE_DIR "' status --porcelain --untracked-files=no 2>/dev/null").empty())
+  // DSA_GIT_SHA names the commit where the tree travels without its .git (a device machine).
+  const char* given = std::getenv("DSA_GIT_SHA");
+  std::string sha = given ? given : command_output("git -C '" DSA_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
+  const bool is_sha = sha.size() == 40 && sha.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!given && is_sha &&
+      !command_output("git -C '" DSA_SOURCE_DIR "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     sha += "-dirty";
-  e["git_sha"] = sha.empty() ? "unknown" : sha;
+  e["git_sha"] = given || is_sha ? sha : "unknown";
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   e["host"] = host;
@@ -84,7 +89,11 @@ json environment_json() {
   e["cuda"] = "built";
   const int n = fused::device_count();
   e["gpu"] = n > 0 ? fused::device_name(0) + (n > 1 ? " x" + std::to_string(n) : std::string()) : "none";
+#ifdef DSA_HAVE_NCCL
   e["nccl"] = "built";
+#else
+  e["nccl"] = "not built";
+#endif
 #else
   e["cuda"] = "not built";
   e["gpu"] = "none";
