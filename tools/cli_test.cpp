@@ -198,6 +198,16 @@ TEST(Cli, CrashingExecBackendIsAFailureWithItsMessage) {
   EXPECT_EQ(rep["cases"][0]["bucket"].get<std::string>().find("/run/-/crash/"), std::string("exec:false").size());
 }
 
+TEST(Cli, ExecBackendPastItsTimeLimitIsATimeout) {
+  const std::string d = scratch();
+  Outcome r = dsa("repro " + q(kSource + "/cases/edge/shorter_than_k.json") +
+                      " --backend 'exec:sleep 20 #' --exec-timeout 0.5 --report r.json",
+                  d);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(rep["cases"][0]["failure"]["class"], "timeout");
+}
+
 TEST(Cli, FuzzThroughTheExecProtocolChecksEveryTensor) {
   const std::string d = scratch();
   const std::string worker = "exec:" + kBin + " exec-worker --backend ";
@@ -235,6 +245,7 @@ TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
       {"fuzz --backend lowp --cases -1", "--cases"},
       {"fuzz --backend lowp --time-budget 0", "--time-budget"},
       {"fuzz --backend lowp --seed x", "--seed"},
+      {"fuzz --backend lowp --exec-timeout 0", "--exec-timeout"},
       {"fuzz --backend lowp --corpus /nonexistent/dir", "--corpus"},
       {"replay /nonexistent/dir --backend lowp", "DIR"},
       {"replay " + q(d) + " --backend lowp", "DIR"},

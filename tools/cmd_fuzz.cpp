@@ -34,7 +34,7 @@ int run(int argc, char** argv) {
 
 RegisterCommand reg({"fuzz",
                      "[--backend B] [--seed S] [--cases N | --time-budget SEC] [--profile smoke|default|nightly|production] "
-                     "[--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] [--comm nccl|local|auto]",
+                     "[--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] [--comm nccl|local|auto] [--exec-timeout SEC]",
                      "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
                      run});
 

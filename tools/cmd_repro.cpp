@@ -18,7 +18,7 @@ int run(int argc, char** argv) {
   return run_session(o);
 }
 
-RegisterCommand reg({"repro", "CASE.json [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto]",
+RegisterCommand reg({"repro", "CASE.json [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC]",
                      "run one case file and print the metrics of every checked tensor", run});
 
 }  // namespace

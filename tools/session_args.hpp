@@ -1,18 +1,20 @@
-// What fuzz, repro and replay share on the command line: the backend, its communicator and the
-// report files.
+// What fuzz, repro and replay share on the command line: the backend, its communicator, the
+// exec backend's time limit and the report files.
 #pragma once
 
+#include <cmath>
 #include <set>
 #include <string>
 
 #include "harness/fuzz.hpp"
+#include "reference/errors.hpp"
 #include "tools/args.hpp"
 
 namespace dsa::cli {
 
 // The flags every session subcommand takes, plus `extra`.
 inline std::set<std::string> session_flags(std::set<std::string> extra = {}) {
-  extra.insert({"backend", "comm", "report", "junit"});
+  extra.insert({"backend", "comm", "exec-timeout", "report", "junit"});
   return extra;
 }
 
@@ -22,6 +24,9 @@ inline SessionOptions session_options(const Args& a, const std::string& command,
   for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
   o.backend = a.get_or("backend", "auto");
   o.backend_opt.comm = a.get_or("comm", "auto");
+  o.backend_opt.exec_timeout_s = a.get_double("exec-timeout", o.backend_opt.exec_timeout_s);
+  require(o.backend_opt.exec_timeout_s > 0 && std::isfinite(o.backend_opt.exec_timeout_s), "--exec-timeout",
+          "must be a number of seconds > 0");
   o.report = a.get_or("report", "");
   o.junit = a.get_or("junit", "");
   return o;
