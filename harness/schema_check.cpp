@@ -2,17 +2,22 @@
 
 #include <fstream>
 
+#ifdef DSA_HAVE_VALIJSON
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
 #include <valijson/validation_results.hpp>
 #include <valijson/validator.hpp>
+#endif
 
 #include "reference/errors.hpp"
 
 namespace dsa {
 
 using nlohmann::json;
+
+#ifdef DSA_HAVE_VALIJSON
+bool schema_checks_available() { return true; }
 
 std::string schema_violation(const json& v, const json& schema, const std::string& path) {
   // valijson reads draft 7; our schemas use only keywords draft 7 shares with 2020-12, and
@@ -38,6 +43,14 @@ std::string schema_violation(const json& v, const json& schema, const std::strin
   }
   return where + ": " + deepest.description;
 }
+
+#else
+bool schema_checks_available() { return false; }
+
+std::string schema_violation(const json&, const json&, const std::string&) {
+  throw Unavailable("schema checks need valijson (Debian libvalijson-dev), absent from this build");
+}
+#endif
 
 json load_schema(const std::string& file) {
   const std::string path = DSA_SOURCE_DIR "/reports/schema/" + file;

@@ -8,6 +8,10 @@
 
 namespace dsa {
 
+// Whether this build has valijson (Debian libvalijson-dev); without it schema_violation throws
+// dsa::Unavailable.
+bool schema_checks_available();
+
 // The first violation as "path: rule", or "" when v is valid against schema (the document root,
 // which holds the $defs that $ref points to).
 std::string schema_violation(const nlohmann::json& v, const nlohmann::json& schema, const std::string& path = "$");
