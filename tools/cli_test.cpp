@@ -1,15 +1,15 @@
 // fuzz, repro, replay and shrink through the built binary, as a user (or CI) runs them: exit codes,
 // the report against its schema, JUnit, repro lines that work, shrunk cases that still fail.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <sstream>
 
 #include <gtest/gtest.h>
+
+#include "tools/shell_testing.hpp"
 #include <nlohmann/json.hpp>
 
 #include "harness/backend.hpp"
@@ -26,7 +26,7 @@ using nlohmann::json;
 const std::string kBin = DSA_PARITY_BIN;
 const std::string kSource = DSA_SOURCE_DIR;
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
+std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
 
 struct Outcome {
   int code = -1;
@@ -53,14 +53,11 @@ std::string scratch() {
 // Runs `dsa-parity ARGS` (a shell fragment) in folder dir.
 Outcome dsa(const std::string& args, const std::string& dir) {
   const std::string err = dir + "/stderr.txt";
-  const std::string line = "cd " + q(dir) + " && " + q(kBin) + " " + args + " 2>" + q(err);
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(line.c_str(), "r"), pclose);
+  const cli_testing::ShellRun run =
+      cli_testing::run_shell("cd " + q(dir) + " && " + q(kBin) + " " + args + " 2>" + q(err));
   Outcome r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) r.out.append(buf, n);
-  const int status = pclose(p.release());
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.code = run.code;
+  r.out = run.out;
   r.err = slurp(err);
   return r;
 }

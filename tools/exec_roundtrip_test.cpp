@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
+
+#include "tools/shell_testing.hpp"
 #include <nlohmann/json.hpp>
 
 #include "harness/backend.hpp"
@@ -22,18 +22,9 @@ namespace fs = std::filesystem;
 const std::string kBin = DSA_PARITY_BIN;
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-// Runs a shell line; returns (exit code, stdout).
-std::pair<int, std::string> sh(const std::string& line) {
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((line + " 2>/dev/null").c_str(), "r"), pclose);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out.append(buf, n);
-  const int status = pclose(p.release());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using cli_testing::ShellRun;
+std::string quote(const std::string& s) { return cli_testing::shell_quote(s); }
+ShellRun sh(const std::string& line) { return cli_testing::run_shell(line + " 2>/dev/null"); }
 
 bool same_bits(const TensorD& a, const TensorD& b) {
   if (a.shape != b.shape || a.data.size() != b.data.size()) return false;
@@ -77,9 +68,9 @@ TEST(ExecRoundTrip, WorkerBehindExecEqualsInProcessBitForBit) {
 TEST(ExecRoundTrip, WorkerRefusesABadFolder) {
   const auto tmp = fs::temp_directory_path() / "dsa-exec-worker-empty";
   fs::create_directories(tmp);
-  EXPECT_EQ(sh(quote(kBin) + " exec-worker --backend lowp " + quote(tmp.string())).first, 2);  // no case.json
+  EXPECT_EQ(sh(quote(kBin) + " exec-worker --backend lowp " + quote(tmp.string())).code, 2);  // no case.json
   fs::remove_all(tmp);
-  EXPECT_EQ(sh(quote(kBin) + " exec-worker").first, 2);
+  EXPECT_EQ(sh(quote(kBin) + " exec-worker").code, 2);
 }
 
 TEST(Export, WritesInputsAndTheExactOutputs) {
@@ -95,8 +86,8 @@ TEST(Export, WritesInputsAndTheExactOutputs) {
   expect_same(back, exact, "export");
   EXPECT_FALSE(back.dc.empty());
   fs::remove_all(dir);
-  EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "valid_full.json")).first, 2);  // no --out
-  EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "malformed/topk_zero.json") + " --out /tmp/x").first, 2);
+  EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "valid_full.json")).code, 2);  // no --out
+  EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "malformed/topk_zero.json") + " --out /tmp/x").code, 2);
 }
 
 TEST(Mutants, ListsEveryPlantedBug) {

@@ -2,7 +2,8 @@
 // exiting 2 with one line naming the field.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include "tools/shell_testing.hpp"
+
 
 #include <algorithm>
 #include <cstdio>
@@ -11,20 +12,11 @@
 
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out;  // stdout and stderr
-};
+using CliRun = dsa::cli_testing::ShellRun;
 
+// stdout and stderr together.
 CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(DSA_PARITY_BIN) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  const int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return dsa::cli_testing::run_shell(std::string(DSA_PARITY_BIN) + " " + args + " 2>&1");
 }
 
 using nlohmann::json;

@@ -1,17 +1,17 @@
 // The Done-when of the harness: for every planted bug, `dsa-parity fuzz --backend mutant:NAME
 // --profile smoke --seed 1 --shrink` exits 1 within the smoke budget, and the shrunk case is small,
 // still fails on the mutant and passes on the real code. One test per mutant.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <ostream>
 
 #include <gtest/gtest.h>
+
+#include "tools/shell_testing.hpp"
 #include <nlohmann/json.hpp>
 
 #include "harness/case.hpp"
@@ -31,17 +31,8 @@ using nlohmann::json;
 
 const std::string kBin = DSA_PARITY_BIN;
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-std::pair<int, std::string> sh(const std::string& line) {
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((line + " 2>&1").c_str(), "r"), pclose);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out.append(buf, n);
-  const int status = pclose(p.release());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
+cli_testing::ShellRun sh(const std::string& line) { return cli_testing::run_shell(line + " 2>&1"); }
 
 TEST(Mutants, TheBinaryListsEveryPlantedBug) {
   auto [code, out] = sh(q(kBin) + " mutants --json");
@@ -85,8 +76,8 @@ TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
     const Case sc = load_case(s["file"]);
     EXPECT_LE(sc.problem.dims.H, 2) << s["description"];
     EXPECT_LE(sc.problem.seqlens.size(), 2u) << s["description"];
-    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend " + backend).first, 1) << s["description"];
-    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend lowp").first, 0) << s["description"];
+    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend " + backend).code, 1) << s["description"];
+    EXPECT_EQ(sh(q(kBin) + " repro " + q(s["file"]) + " --backend lowp").code, 0) << s["description"];
   }
   EXPECT_GE(shrunk, 1);
   // Mutant shrinks never land in the source corpus: they sit next to the report.
