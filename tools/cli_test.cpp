@@ -259,5 +259,23 @@ TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
   }
 }
 
+// Every malformed case file of the test data, through the CLI: exit 2, one line on stderr that
+// names the offending field (harness/testdata/malformed/expected_fields.txt).
+TEST(Cli, EveryMalformedCaseFileIsExitTwoNamingItsField) {
+  const std::string d = scratch();
+  const std::string dir = kSource + "/harness/testdata/malformed/";
+  std::ifstream expected(dir + "expected_fields.txt");
+  std::string file, field;
+  int checked = 0;
+  while (expected >> file >> field) {
+    Outcome r = dsa("repro " + q(dir + file) + " --backend lowp", d);
+    EXPECT_EQ(r.code, 2) << file << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(field), std::string::npos) << file << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << file << ": " << r.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 15);
+}
+
 }  // namespace
 }  // namespace dsa
