@@ -3,6 +3,7 @@
 // backward → reduce-scatter key gradients, all-reduce weight gradients and the loss → copy back.
 #include "fused/run.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -411,9 +412,12 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   res.dq_I = TensorD({Tp, d.HI, d.DI});
   res.dk_I = TensorD({Tp, d.DI});
   res.dw = TensorD({Tp, d.HI});
-  auto bf = [](uint16_t v) { return from_bf16(v); };
-  auto f32 = [](float v) { return static_cast<double>(v); };
-  auto f32_bf16 = [](float v) { return round_bf16(v); };
+  // An element still holding the 0xFF poison was never written: say so (dsa::unwritten_value).
+  auto bf = [](uint16_t v) { return is_poison_bits(v) ? unwritten_value() : from_bf16(v); };
+  auto f32 = [](float v) {
+    return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : static_cast<double>(v);
+  };
+  auto f32_bf16 = [](float v) { return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : round_bf16(v); };
   for (int r = 0; r < cp; ++r) {
     const auto& rows = L.rank_rows[r];
     const RankOut& o = outs[r];
@@ -432,9 +436,9 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
     place(res.dk_I, rows, o.dk_I, f32_bf16);
     place(res.dw, rows, o.dw, f32_bf16);
   }
-  for (int64_t i = 0; i < res.dW_UK.size(); ++i) res.dW_UK.data[i] = round_bf16(outs[0].dW_UK[i]);
-  for (int64_t i = 0; i < res.dW_UV.size(); ++i) res.dW_UV.data[i] = round_bf16(outs[0].dW_UV[i]);
-  res.loss.data[0] = outs[0].loss;
+  for (int64_t i = 0; i < res.dW_UK.size(); ++i) res.dW_UK.data[i] = f32_bf16(outs[0].dW_UK[i]);
+  for (int64_t i = 0; i < res.dW_UV.size(); ++i) res.dW_UV.data[i] = f32_bf16(outs[0].dW_UV[i]);
+  res.loss.data[0] = f32(outs[0].loss);
   return res;
 }
 

@@ -107,10 +107,14 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
   const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(name, exact.shape, L);
   const int64_t per_row = pad_zero ? exact.row_size() : 0;
 
-  int64_t first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
+  int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
   double scale = 0, sq = 0, dot = 0, nf = 0, nx = 0;
   for (int64_t i = 0; i < exact.size(); ++i) {
     const double x = exact.data[i], f = fused.data[i];
+    if (is_unwritten(f)) {
+      if (first_unwritten < 0) first_unwritten = i;
+      continue;
+    }
     if (pad_zero && !L.is_real(i / per_row) && std::isfinite(x) && f != 0 && first_pad < 0) first_pad = i;
     if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
     if (std::isinf(x)) {
@@ -156,7 +160,9 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     if (loc.g >= 0) s += " (g=" + std::to_string(loc.g) + " rank=" + std::to_string(loc.rank) + ")";
     return s;
   };
-  if (first_nan >= 0) {
+  if (first_unwritten >= 0) {
+    fail(kUnwritten, "output element never written (still the 0xFF poison) " + where(first_unwritten), first_unwritten);
+  } else if (first_nan >= 0) {
     fail(kNan, "NaN where the exact value is finite " + where(first_nan), first_nan);
   } else if (first_inf >= 0) {
     fail(kInfPattern, "infinities differ from the exact pattern " + where(first_inf) + ": " +

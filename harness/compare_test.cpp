@@ -100,6 +100,24 @@ TEST(Compare, NanWhereExactIsFiniteFails) {
   EXPECT_EQ(r.worst->head, 1);
 }
 
+TEST(Compare, PoisonLeftInAnOutputIsUnwrittenEvenWhereExactIsInfinite) {
+  auto L = worked_example();
+  TensorD exact = filled({20, 4}, 1.0);
+  exact.at(2, 0) = -std::numeric_limits<double>::infinity();  // an empty row's lse
+  for (auto [g, h] : {std::pair{9, 3}, std::pair{2, 0}}) {
+    TensorD fused = exact;
+    fused.at(g, h) = unwritten_value();
+    TensorCheck r = compare_tensor("lse", fused, exact, exact, L);
+    EXPECT_EQ(r.failure, kUnwritten) << g;
+    EXPECT_EQ(r.worst->g, g);
+    EXPECT_EQ(r.worst->head, h);
+  }
+  // A NaN from arithmetic is not mistaken for the poison.
+  TensorD fused = exact;
+  fused.at(9, 3) = std::nan("");
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kNan);
+}
+
 TEST(Compare, InfinitiesMustMatchExactly) {
   auto L = worked_example(PadRows::masked);
   TensorD exact = filled({20, 2}, 1.0);

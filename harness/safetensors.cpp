@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/philox.hpp"
+#include "reference/result.hpp"
 
 namespace dsa::st {
 
@@ -188,16 +189,19 @@ TensorD to_doubles(const Entry& e, const std::string& what) {
   TensorD t(e.shape);
   const uint8_t* p = e.bytes.data();
   for (int64_t i = 0; i < t.size(); ++i) {
+    // All-one bytes are the exec protocol's poison: an output element its command never wrote.
     if (e.dtype == DType::BF16) {
       uint16_t x;
       std::memcpy(&x, p + 2 * i, 2);
-      t.data[i] = double(std::bit_cast<float>(uint32_t(x) << 16));
+      t.data[i] = is_poison_bits(x) ? unwritten_value() : double(std::bit_cast<float>(uint32_t(x) << 16));
     } else if (e.dtype == DType::F32) {
-      float x;
+      uint32_t x;
       std::memcpy(&x, p + 4 * i, 4);
-      t.data[i] = x;
+      t.data[i] = is_poison_bits(x) ? unwritten_value() : double(std::bit_cast<float>(x));
     } else {
-      std::memcpy(&t.data[i], p + 8 * i, 8);
+      uint64_t x;
+      std::memcpy(&x, p + 8 * i, 8);
+      t.data[i] = is_poison_bits(x) ? unwritten_value() : std::bit_cast<double>(x);
     }
   }
   return t;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/safetensors.hpp"
+#include "reference/result.hpp"
 
 namespace dsa::st {
 namespace {
@@ -85,6 +86,21 @@ TEST(Safetensors, RoundTripsEveryDtypeExactly) {
   EXPECT_EQ(to_ints(g.tensors.at("i"), "i").data, i.data);
   EXPECT_THROW(to_ints(g.tensors.at("x_f32"), "x"), std::runtime_error);
   EXPECT_THROW(to_doubles(g.tensors.at("i"), "i"), std::runtime_error);
+}
+
+TEST(Safetensors, AllOnesBytesReadAsUnwritten) {
+  // The exec protocol's poison (0xFF bytes) read back is unwritten_value(); other NaNs stay NaN.
+  for (DType dt : {DType::BF16, DType::F32, DType::F64}) {
+    TensorD x({3});
+    x.data = {1.5, NAN, 2.0};
+    Entry e = from_doubles(x, dt);
+    const int64_t w = dtype_size(dt);
+    std::fill(e.bytes.begin() + 2 * w, e.bytes.begin() + 3 * w, uint8_t{0xFF});
+    const TensorD back = to_doubles(e, "x");
+    EXPECT_EQ(back.data[0], 1.5) << name(dt);
+    EXPECT_TRUE(std::isnan(back.data[1]) && !is_unwritten(back.data[1])) << name(dt);
+    EXPECT_TRUE(is_unwritten(back.data[2])) << name(dt);
+  }
 }
 
 TEST(Safetensors, Bf16RoundsToNearestEven) {

@@ -1,6 +1,7 @@
 // Every stage's output of one run (DESIGN.md "Result"), rows in global stream order.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -24,5 +25,15 @@ struct Result {
   void for_each_float(const std::function<void(const std::string&, const TensorD&)>& f) const;
   void for_each_float(const std::function<void(const std::string&, TensorD&)>& f);
 };
+
+// Backends fill their output buffers with all-one bytes (0xFF: a NaN in bf16, fp32 and fp64)
+// before a run. An element that still holds that poison afterwards is stored as unwritten_value(),
+// a NaN whose payload no arithmetic produces, so the comparison can say "unwritten", not just "nan".
+double unwritten_value();
+bool is_unwritten(double x);
+// Whether raw output bits are the poison pattern.
+inline bool is_poison_bits(uint16_t bf16_bits) { return bf16_bits == 0xFFFFu; }
+inline bool is_poison_bits(uint32_t f32_bits) { return f32_bits == 0xFFFFFFFFu; }
+inline bool is_poison_bits(uint64_t f64_bits) { return f64_bits == ~uint64_t{0}; }
 
 }  // namespace dsa
