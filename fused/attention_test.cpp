@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -13,23 +12,10 @@
 
 #include "fused/attention.hpp"
 #include "fused/device.cuh"
+#include "reference/precision.hpp"
 
 namespace dsa::fused {
 namespace {
-
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-double bf16_value(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 template <class T>
 struct Dev {
@@ -124,7 +110,7 @@ Out reference(const Problem1& P) {
   o.lse.assign((size_t)s.Tq * s.H, -INFINITY);
   o.dQ.assign((size_t)s.Tq * s.H * D, 0.0);
   o.dK.assign((size_t)P.Tp * D, 0.0);
-  auto K = [&](int t, int e) { return e < s.C ? bf16_value(P.c[(size_t)t * s.C + e]) : bf16_value(P.kpe[(size_t)t * s.R + e - s.C]); };
+  auto K = [&](int t, int e) { return e < s.C ? bf16_float(P.c[(size_t)t * s.C + e]) : bf16_float(P.kpe[(size_t)t * s.R + e - s.C]); };
   for (int g = 0; g < s.Tq; ++g) {
     std::vector<int> S;
     for (int i = 0; i < s.K; ++i) {
@@ -138,7 +124,7 @@ Out reference(const Problem1& P) {
       double mx = -INFINITY;
       for (size_t j = 0; j < S.size(); ++j) {
         double a = 0;
-        for (int e = 0; e < D; ++e) a += bf16_value(P.Qt[qo + e]) * K(S[j], e);
+        for (int e = 0; e < D; ++e) a += bf16_float(P.Qt[qo + e]) * K(S[j], e);
         lg[j] = a * P.scale;
         mx = std::max(mx, lg[j]);
       }
@@ -154,15 +140,15 @@ Out reference(const Problem1& P) {
         double a = 0;
         for (size_t j = 0; j < S.size(); ++j) a += p[j] * K(S[j], e);
         o.O[oo + e] = a;
-        delta += a * bf16_value(P.dO_lat[oo + e]);
+        delta += a * bf16_float(P.dO_lat[oo + e]);
       }
       for (size_t j = 0; j < S.size(); ++j) {
         double a = 0;
-        for (int e = 0; e < s.C; ++e) a += bf16_value(P.dO_lat[oo + e]) * K(S[j], e);
+        for (int e = 0; e < s.C; ++e) a += bf16_float(P.dO_lat[oo + e]) * K(S[j], e);
         const double ds = p[j] * (a - delta);
         for (int e = 0; e < D; ++e) {
           o.dQ[qo + e] += P.scale * ds * K(S[j], e);
-          o.dK[(size_t)S[j] * D + e] += P.scale * ds * bf16_value(P.Qt[qo + e]) + (e < s.C ? p[j] * bf16_value(P.dO_lat[oo + e]) : 0.0);
+          o.dK[(size_t)S[j] * D + e] += P.scale * ds * bf16_float(P.Qt[qo + e]) + (e < s.C ? p[j] * bf16_float(P.dO_lat[oo + e]) : 0.0);
         }
       }
     }
@@ -212,9 +198,9 @@ GpuRun run_gpu(const Problem1& P) {
                      0);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   GpuRun r;
-  for (uint16_t v : O.get()) r.O.push_back(bf16_value(v));
+  for (uint16_t v : O.get()) r.O.push_back(bf16_float(v));
   for (float v : lse.get()) r.lse.push_back(v);
-  for (uint16_t v : dQ.get()) r.dQ.push_back(bf16_value(v));
+  for (uint16_t v : dQ.get()) r.dQ.push_back(bf16_float(v));
   for (float v : dK.get()) r.dK.push_back(v);
   return r;
 }

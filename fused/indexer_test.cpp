@@ -37,9 +37,7 @@ void check_indexer(const IndexerCase& c) {
   p.cp = c.cp;
   const StreamLayout L = dsa::test::layout_of(p);
   Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
-  for (int64_t t = 0; t < L.tp; ++t)
-    if (std::fmod(t * 0.618034, 1.0) < c.zero_k_rows)
-      for (int64_t j = 0; j < d.DI; ++j) in.k_I.at(t, j) = 0.0;
+  zero_k_I_rows(in, c.zero_k_rows);
   RunOptions ex, lp;
   lp.precision = Precision::bf16;
   const Result E = run_core(p, in, ex), Lw = run_core(p, in, lp);

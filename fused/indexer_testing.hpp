@@ -18,6 +18,7 @@
 
 #include "fused/api.cuh"
 #include "fused/device.cuh"
+#include "reference/inputs.hpp"
 #include "reference/layout.hpp"
 #include "reference/tensor.hpp"
 
@@ -67,6 +68,13 @@ inline std::vector<bf16> to_bf16(const TensorD& t, const std::vector<int64_t>& p
   for (int64_t r : poison_rows)
     for (int64_t j = 0; j < t.row_size(); ++j) v[r * t.row_size() + j] = bf16_nan();
   return v;
+}
+
+// Sets a spread-out `fraction` of k_I rows to 0: u = 0 exactly there (score ties at 0, φ'(0)).
+inline void zero_k_I_rows(Inputs& in, double fraction) {
+  for (int64_t t = 0; t < in.k_I.dim(0); ++t)
+    if (std::fmod(t * 0.618034, 1.0) < fraction)
+      for (int64_t j = 0; j < in.k_I.dim(1); ++j) in.k_I.at(t, j) = 0.0;
 }
 
 // Key rows no query may see: pad rows under pad_rows = masked (SPEC.md §10 poison).

@@ -52,9 +52,7 @@ void check_loss(const LossCase& c) {
   p.cp = c.cp;
   const StreamLayout L = dsa::test::layout_of(p);
   Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
-  for (int64_t t = 0; t < L.tp; ++t)
-    if (std::fmod(t * 0.618034, 1.0) < c.zero_k_rows)
-      for (int64_t j = 0; j < d.DI; ++j) in.k_I.at(t, j) = 0.0;
+  zero_k_I_rows(in, c.zero_k_rows);
   const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
 
   // The attention's indices: the exact indexer's top-k, optionally with adversarial slots.

@@ -24,6 +24,7 @@
 #include "fused/rows.hpp"
 #include "reference/errors.hpp"
 #include "reference/layout.hpp"
+#include "reference/precision.hpp"
 
 namespace dsa::fused {
 
@@ -49,24 +50,6 @@ CommKind resolve_comm(CommKind k, int64_t cp) {
 }
 
 namespace {
-
-// ---- host-side bf16 (round to nearest even; inputs are already bf16 values, so exact) ----
-uint16_t to_bf16(double v) {
-  const float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-double from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// An fp32 value rounded to bf16 (SPEC.md §8: gradients are written bf16 at the very end).
-double round_bf16(float f) { return from_bf16(to_bf16(f)); }
 
 template <class T>
 class DBuf {
@@ -107,12 +90,12 @@ std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& ro
   const int64_t w = t.row_size();
   std::vector<uint16_t> out(rows.size() * w);
   for (size_t i = 0; i < rows.size(); ++i)
-    for (int64_t e = 0; e < w; ++e) out[i * w + e] = to_bf16(t.row(rows[i])[e]);
+    for (int64_t e = 0; e < w; ++e) out[i * w + e] = bf16_bits(static_cast<float>(t.row(rows[i])[e]));
   return out;
 }
 std::vector<uint16_t> all_bf16(const TensorD& t) {
   std::vector<uint16_t> out(t.size());
-  for (int64_t i = 0; i < t.size(); ++i) out[i] = to_bf16(t.data[i]);
+  for (int64_t i = 0; i < t.size(); ++i) out[i] = bf16_bits(static_cast<float>(t.data[i]));
   return out;
 }
 
@@ -413,11 +396,11 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   res.dk_I = TensorD({Tp, d.DI});
   res.dw = TensorD({Tp, d.HI});
   // An element still holding the 0xFF poison was never written: say so (dsa::unwritten_value).
-  auto bf = [](uint16_t v) { return is_poison_bits(v) ? unwritten_value() : from_bf16(v); };
+  auto bf = [](uint16_t v) { return is_poison_bits(v) ? unwritten_value() : double(bf16_float(v)); };
   auto f32 = [](float v) {
     return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : static_cast<double>(v);
   };
-  auto f32_bf16 = [](float v) { return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : round_bf16(v); };
+  auto f32_bf16 = [](float v) { return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : double(round_bf16(v)); };
   for (int r = 0; r < cp; ++r) {
     const auto& rows = L.rank_rows[r];
     const RankOut& o = outs[r];

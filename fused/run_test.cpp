@@ -6,26 +6,16 @@
 
 #include <cmath>
 #include <random>
-#include <cstring>
 
 #include "fused/device.cuh"
 #include "fused/run.hpp"
 #include "reference/core.hpp"
 #include "reference/errors.hpp"
 #include "reference/layout.hpp"
+#include "reference/precision.hpp"
 
 namespace dsa::fused {
 namespace {
-
-double to_bf16_value(double v) {
-  float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 Inputs random_inputs(const Problem& p, uint32_t seed) {
   const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
@@ -34,7 +24,7 @@ Inputs random_inputs(const Problem& p, uint32_t seed) {
   std::normal_distribution<double> nd(0.0, 1.0);
   in.for_each([&](const std::string& name, TensorD& t) {
     const double s = name == "W_UK" ? 1.0 / std::sqrt(double(p.dims.Dn)) : name == "W_UV" ? 1.0 / std::sqrt(double(p.dims.C)) : 1.0;
-    for (auto& v : t.data) v = to_bf16_value(s * nd(gen));
+    for (auto& v : t.data) v = round_bf16(s * nd(gen));
   });
   return in;
 }
