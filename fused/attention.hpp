@@ -33,7 +33,13 @@ struct AttnFwdArgs {
   bf16* O_lat;  // [Tq, H, C] out
   float* lse;   // [Tq, H] out
 };
-void attention_forward(const AttnFwdArgs& a, cudaStream_t s);
+// Which kernel runs it: `best` takes the Hopper wgmma kernel where it fits (sm_90, C = 512,
+// C + R ≤ 576, R % 8 == 0) and the mma.sync kernel (any shape, sm_80+) otherwise; `mma` and
+// `wgmma` force one (wgmma throws std::invalid_argument where it does not fit).
+enum class FwdKernel { best, mma, wgmma };
+void attention_forward(const AttnFwdArgs& a, cudaStream_t s, FwdKernel kernel = FwdKernel::best);
+// The kernel `best` picks for a.
+FwdKernel attention_forward_kernel_for(const AttnFwdArgs& a);
 
 // Δ[g,h] = Σ_c dO_lat[g,h,c]·O_lat[g,h,c] (bf16 operands, fp32 sum).
 void attention_delta(const bf16* dO_lat, const bf16* O_lat, float* delta, int64_t rows, int C, cudaStream_t s);

@@ -1,4 +1,5 @@
-// Sparse MLA attention forward (SPEC.md §5) on tensor cores.
+// Sparse MLA attention forward (SPEC.md §5) on tensor cores (mma.sync, any shape, sm_80+), and the
+// dispatch between it and the Hopper wgmma kernel (attention_fwd_sm90.cu) for production shapes.
 //
 // One CTA = one query row × a block of 64 heads (M) × up to 512 latent columns; it walks the row's
 // selected keys (select_keys) in tiles of 32 (N). All heads of a row share the same keys, so a key
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "fused/attention.hpp"
+#include "fused/attention_fwd_sm90.hpp"
 #include "fused/mma.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
@@ -233,10 +235,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
   }
 }
 
-}  // namespace
-
-void attention_forward(const AttnFwdArgs& a, cudaStream_t s) {
-  if (a.Tq <= 0 || a.H <= 0) return;
+void attention_forward_mma(const AttnFwdArgs& a, cudaStream_t s) {
   const FwdSmem L(a.C + a.R);
   int dev = 0, max_smem = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&dev));
@@ -250,6 +249,21 @@ void attention_forward(const AttnFwdArgs& a, cudaStream_t s) {
   dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + CB - 1) / CB);
   attention_forward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a);
   DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+FwdKernel attention_forward_kernel_for(const AttnFwdArgs& a) {
+  return attention_forward_sm90_fits(a) ? FwdKernel::wgmma : FwdKernel::mma;
+}
+
+void attention_forward(const AttnFwdArgs& a, cudaStream_t s, FwdKernel kernel) {
+  if (a.Tq <= 0 || a.H <= 0) return;
+  if (kernel == FwdKernel::best) kernel = attention_forward_kernel_for(a);
+  if (kernel == FwdKernel::wgmma)
+    attention_forward_sm90(a, s);
+  else
+    attention_forward_mma(a, s);
 }
 
 }  // namespace dsa::fused

@@ -180,7 +180,7 @@ struct GpuRun {
   std::vector<double> O, lse, dQ, dK;
 };
 
-GpuRun run_gpu(const Problem1& P) {
+GpuRun run_gpu(const Problem1& P, FwdKernel kernel = FwdKernel::best) {
   const Shape& s = P.s;
   const int D = s.C + s.R;
   Dev<uint16_t> Qt(P.Qt), c(P.c), kpe(P.kpe), dO(P.dO_lat);
@@ -191,7 +191,7 @@ GpuRun run_gpu(const Problem1& P) {
   auto B = [](const Dev<uint16_t>& d) { return reinterpret_cast<bf16*>(d.p); };
   const RowRanges rr{row.p, kb.p, ke.p};
   select_keys(SelectArgs{idx.p, rr, s.Tq, P.Tp, s.K, sel.p, cnt.p}, 0);
-  attention_forward(AttnFwdArgs{B(Qt), B(c), B(kpe), sel.p, cnt.p, s.Tq, P.Tp, s.H, s.C, s.R, s.K, P.scale, B(O), lse.p}, 0);
+  attention_forward(AttnFwdArgs{B(Qt), B(c), B(kpe), sel.p, cnt.p, s.Tq, P.Tp, s.H, s.C, s.R, s.K, P.scale, B(O), lse.p}, 0, kernel);
   attention_delta(B(dO), B(O), delta.p, (int64_t)s.Tq * s.H, s.C, 0);
   attention_backward(AttnBwdArgs{B(Qt), B(c), B(kpe), sel.p, cnt.p, B(dO), lse.p, delta.p, s.Tq, P.Tp, s.H, s.C,
                                  s.R, s.K, P.scale, B(dQ), dK.p},
@@ -252,6 +252,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
                            const Shape& s = info.param;
                            return "H" + std::to_string(s.H) + "_C" + std::to_string(s.C) + "_R" +
                                   std::to_string(s.R) + "_K" + std::to_string(s.K);
+                         });
+
+// The Hopper wgmma forward (attention_fwd_sm90.cu) on the shapes it takes: every production-width
+// shape must go to it on an sm_90 device, match the double-precision computation like the mma.sync
+// kernel does, and agree with that kernel. Head counts that are not a multiple of 64, R < 64 (zero
+// padding of the query width), rows of exactly one and of just over one 64-key tile, K = 2048.
+class WgmmaForward : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the attention kernels run only on a GPU";
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (major != 9 || minor != 0)
+      GTEST_SKIP() << "the wgmma forward needs an sm_90 device (this one is sm_" << major << minor << ")";
+  }
+};
+
+TEST_P(WgmmaForward, MatchesDoublePrecisionAndTheMmaKernel) {
+  const Shape& s = GetParam();
+  const Problem1 P = make_problem(s, 777u + s.H * 3 + s.K);
+  const AttnFwdArgs probe{nullptr, nullptr, nullptr, nullptr, nullptr, s.Tq, P.Tp, s.H, s.C, s.R, s.K, P.scale,
+                          nullptr, nullptr};
+  ASSERT_EQ(attention_forward_kernel_for(probe), FwdKernel::wgmma)
+      << "an sm_90 device with C = 512 must take the wgmma kernel (is the sm_90a code in the build?)";
+  const Out want = reference(P);
+  const GpuRun w = run_gpu(P, FwdKernel::wgmma), m = run_gpu(P, FwdKernel::mma);
+  expect_close("O_lat (wgmma)", w.O, want.O, 2e-2);
+  expect_close("lse (wgmma)", w.lse, want.lse, 1e-4, 1e-4);
+  expect_close("O_lat (wgmma vs mma)", w.O, m.O, 2e-2);
+  expect_close("lse (wgmma vs mma)", w.lse, m.lse, 1e-5, 1e-5);
+  // The backward consumed the wgmma forward's O_lat and lse.
+  expect_close("dQ~ (after wgmma)", w.dQ, want.dQ, 3e-2);
+  for (int g = 0; g < s.Tq; ++g) {
+    if (g % 11 != 5) continue;
+    for (int e = 0; e < s.H * s.C; ++e) ASSERT_EQ(w.O[(size_t)g * s.H * s.C + e], 0.0) << "empty row " << g;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaForward,
+                         ::testing::Values(Shape{90, 128, 512, 64, 80}, Shape{33, 64, 512, 64, 2048},
+                                           Shape{70, 70, 512, 16, 130}, Shape{66, 8, 512, 64, 64},
+                                           Shape{140, 64, 512, 64, 65}, Shape{75, 1, 512, 8, 200}),
+                         [](const auto& info) {
+                           const Shape& s = info.param;
+                           return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
                          });
 
 // dK~ accumulates over queries with fp32 atomics: not bitwise deterministic. The spread between

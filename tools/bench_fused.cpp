@@ -102,10 +102,10 @@ struct Workload {
   void indexer() {
     fused::indexer_topk(fused::IndexerArgs{q_I.p, w.p, k_I.p, ranges(), S, S, HI, DI, K, true, topk.p, nullptr}, st);
   }
-  void forward() {
-    fused::attention_forward(
-        fused::AttnFwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, S, S, H, C, R, K, scale(), O_lat.p, lse.p}, st);
+  fused::AttnFwdArgs forward_args() {
+    return fused::AttnFwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, S, S, H, C, R, K, scale(), O_lat.p, lse.p};
   }
+  void forward(fused::FwdKernel k = fused::FwdKernel::best) { fused::attention_forward(forward_args(), st, k); }
   void backward() {
     check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
     fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
@@ -135,7 +135,7 @@ Workload& workload(int model, int S) {
 double flops_per_pair(const std::string& kernel, const Dims& d) {
   const double D = double(d.C + d.R), C = double(d.C), H = double(d.H), I = double(d.HI * d.DI);
   if (kernel == "indexer") return 2 * I;                        // u = q_I·k_I for every head
-  if (kernel == "forward") return 2 * H * (D + C);              // QKᵀ + PV
+  if (kernel == "forward" || kernel == "forward_mma") return 2 * H * (D + C);  // QKᵀ + PV
   if (kernel == "backward") return 2 * H * (D + C + D + D + C); // QKᵀ, dP, dQ~, dK~, dV~
   return 2 * H * D + 3 * 2 * I;                                 // loss: logits; u, dq_I, dk_I
 }
@@ -171,6 +171,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   auto step = [&] {
     if (kernel == "indexer") w.indexer();
     else if (kernel == "forward") w.forward();
+    else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward") w.backward();
     else w.loss();
   };
@@ -197,7 +198,10 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   const double per_iter = total / double(state.iterations());
   state.counters["TFLOP/s"] = flops_per_pair(kernel, kModels[model].d) * pairs / per_iter / 1e12;
   state.counters["pairs"] = pairs;
-  state.SetLabel(std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK));
+  std::string label = std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK);
+  if (kernel == "forward")
+    label += fused::attention_forward_kernel_for(w.forward_args()) == fused::FwdKernel::wgmma ? " wgmma" : " mma.sync";
+  state.SetLabel(label);
 }
 
 // The four stages in sequence against the CPU reference's whole core, scaled per pair.
@@ -240,10 +244,13 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 void BM_FusedIndexerTopk(benchmark::State& s) { run_kernel(s, "indexer"); }
 void BM_FusedAttentionForward(benchmark::State& s) { run_kernel(s, "forward"); }
+// The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
+void BM_FusedAttentionForwardMma(benchmark::State& s) { run_kernel(s, "forward_mma"); }
 void BM_FusedAttentionBackward(benchmark::State& s) { run_kernel(s, "backward"); }
 void BM_FusedLossForwardBackward(benchmark::State& s) { run_kernel(s, "loss"); }
 BENCHMARK(BM_FusedIndexerTopk)->Apply(shapes);
 BENCHMARK(BM_FusedAttentionForward)->Apply(shapes);
+BENCHMARK(BM_FusedAttentionForwardMma)->Apply(shapes);
 BENCHMARK(BM_FusedAttentionBackward)->Apply(shapes);
 BENCHMARK(BM_FusedLossForwardBackward)->Apply(shapes);
 BENCHMARK(run_core_speedup)
