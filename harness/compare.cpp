@@ -73,7 +73,7 @@ Location locate(const std::string& name, const Shape& shape, int64_t flat, const
 }
 
 TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
-                           const TensorD& exact, const StreamLayout& L) {
+                           const TensorD& exact, const StreamLayout& L, double floor_at_least) {
   TensorCheck r;
   r.tensor = name;
   r.stage = stage_of(name);
@@ -143,7 +143,7 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     nf += f * f;
     nx += x * x;
   }
-  r.floor = kFloorRel * scale;
+  r.floor = std::max(kFloorRel * scale, floor_at_least);
   r.rmse = r.compared ? std::sqrt(sq / r.compared) : 0;
   r.cosine = (nf == 0 && nx == 0) ? 1.0 : (nf == 0 || nx == 0) ? 0.0 : dot / std::sqrt(nf * nx);
   r.ratio = r.e_l > 0 ? r.e_f / r.e_l : (r.e_f > 0 ? std::numeric_limits<double>::infinity() : 0.0);
@@ -176,6 +176,16 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     fail(kMismatch, buf + where(worst), worst);
   }
   return r;
+}
+
+double loss_floor(const TensorD& kl_lowp, const TensorD& kl_exact, double coeff_over_N) {
+  if (kl_lowp.shape != kl_exact.shape) return 0;
+  double sq = 0;
+  for (int64_t g = 0; g < kl_exact.size(); ++g) {
+    const double d = kl_lowp.data[g] - kl_exact.data[g];
+    if (std::isfinite(d)) sq += d * d;
+  }
+  return std::abs(coeff_over_N) * std::sqrt(sq);
 }
 
 TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout& L, double delta,

@@ -71,9 +71,17 @@ double alpha_of(const std::string& tensor);
 Location locate(const std::string& name, const Shape& shape, int64_t flat, const StreamLayout& L);
 
 // Compares one float tensor. An empty `fused` is "not-checked". Under pad_rows=masked the pad rows
-// of row-indexed tensors must be exactly 0 (lse exactly −inf), else "mismatch".
+// of row-indexed tensors must be exactly 0 (lse exactly −inf), else "mismatch". The floor is
+// kFloorRel·max|X_exact|, or `floor_at_least` where that is larger (the loss, see loss_floor).
 TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
-                           const TensorD& exact, const StreamLayout& L);
+                           const TensorD& exact, const StreamLayout& L, double floor_at_least = 0);
+
+// The floor of the scalar loss L = coeff/N · Σ_g KL[g]. L's error is a sum of N row errors, so its
+// lowp error e_l is a single draw that can cancel by luck (seen: fused 8.3e-9, lowp 3.7e-9, on an
+// L of 5.2e-4 whose rows all agreed with lowp). The floor is the size such a sum has when the lowp
+// rows' errors do not cancel systematically: coeff/N · sqrt(Σ_g (KL_lowp[g] − KL_exact[g])²).
+// It is ~1/√N of L's relative row error, so a wrong N or a dropped row still fails.
+double loss_floor(const TensorD& kl_lowp, const TensorD& kl_exact, double coeff_over_N);
 
 // The exact indexer score of every visible key of row g, I[g, key_begin + i] (SPEC.md §3).
 struct ScoreRow {

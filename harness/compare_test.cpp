@@ -165,6 +165,42 @@ TEST(Compare, FloorIsRelativeToTheTensorScale) {
   EXPECT_EQ(compare_tensor("kl", tiny, zero, zero, L).failure, kMismatch);
 }
 
+// The scalar loss: a lucky lowp error (3.7e-9) against an honest fused one (8.3e-9, the nightly
+// seed 11 case 663 on the H200) passes through the row-error floor; a wrong N (one extra counted row
+// of 736, a 0.14% shift of L) still fails.
+TEST(Compare, LossFloorIsTheLowpRowErrorsRootSumSquare) {
+  auto L = worked_example();
+  const int64_t rows = 736;
+  const double coeff_over_N = 1.0 / rows;
+  TensorD kl_exact({rows}), kl_lowp({rows});
+  double sum = 0;
+  for (int64_t g = 0; g < rows; ++g) {
+    kl_exact.data[g] = 5.2e-4 * (1 + 0.5 * std::sin(0.7 * g));
+    kl_lowp.data[g] = kl_exact.data[g] + 1.4e-7 * std::cos(1.3 * g);  // lowp row errors ~1e-7
+    sum += kl_exact.data[g];
+  }
+  const double floor = loss_floor(kl_lowp, kl_exact, coeff_over_N);
+  double sq = 0;
+  for (int64_t g = 0; g < rows; ++g) sq += std::pow(kl_lowp.data[g] - kl_exact.data[g], 2);
+  EXPECT_DOUBLE_EQ(floor, std::sqrt(sq) / rows);
+  EXPECT_GT(floor, 2e-9);
+  EXPECT_LT(floor, 1e-8);
+
+  const double Lx = sum * coeff_over_N;
+  TensorD exact({1}), lowp({1}), fused({1}), wrong_N({1});
+  exact.data[0] = Lx;
+  lowp.data[0] = Lx + 3.7e-9;
+  fused.data[0] = Lx + 8.3e-9;
+  wrong_N.data[0] = sum / (rows - 1);
+  EXPECT_EQ(compare_tensor("loss", fused, lowp, exact, L).status, "fail") << "without the floor: 8.3e-9 > 2 * 3.7e-9";
+  const TensorCheck ok = compare_tensor("loss", fused, lowp, exact, L, floor);
+  EXPECT_EQ(ok.status, "pass") << ok.detail;
+  EXPECT_DOUBLE_EQ(ok.floor, floor);
+  EXPECT_EQ(compare_tensor("loss", wrong_N, lowp, exact, L, floor).status, "fail");
+  // Mismatched shapes (no lowp kl) give no floor: the relative one applies.
+  EXPECT_EQ(loss_floor(TensorD({3}), kl_exact, coeff_over_N), 0);
+}
+
 TEST(Compare, MissingTensorIsNotCheckedNeverAPass) {
   auto L = worked_example();
   TensorD exact = filled({20, 3}, 0.0);

@@ -192,9 +192,11 @@ CaseVerdict run_case(const Case& c, Backend& b) {
                                         exact.scores ? *exact.scores : none, L));
     }
   }
+  const double coeff_over_N = p.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
   f.for_each_float([&](const std::string& name, const TensorD& t) {
     if (!c.checks(stage_of(name))) return;
-    v.checks.push_back(compare_tensor(name, t, *float_output(lowp, name), *float_output(exact, name), L));
+    const double floor = name == "loss" ? loss_floor(*float_output(lowp, "kl"), *float_output(exact, "kl"), coeff_over_N) : 0;
+    v.checks.push_back(compare_tensor(name, t, *float_output(lowp, name), *float_output(exact, name), L, floor));
   });
   v.compare_s = since(t0);
   auto stage_rank = [](const TensorCheck& ch) {
