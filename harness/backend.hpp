@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "harness/case.hpp"
 #include "reference/plant.hpp"
@@ -23,6 +24,10 @@ class Backend {
   // injected: the indices the attention must use (the case injects them), else nullopt.
   // Throws std::runtime_error when the implementation fails (a "crash" bucket).
   virtual BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) = 0;
+  // The MLA paths (SPEC.md §5) it implements. `fuzz` draws random cases only from these, so a
+  // backend with one path is not flooded with cases it can only report as cannot-run; a case file
+  // on another path still runs and is reported cannot-run.
+  virtual std::vector<Path> paths() const { return all_paths(); }
 };
 
 struct BackendOptions {

@@ -28,6 +28,8 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(fused::CommKind comm) : comm_(comm) {}
   std::string name() const override { return "cuda"; }
+  // run_fused has no explicit path yet (it throws Unavailable): fuzz draws absorbed cases only.
+  std::vector<Path> paths() const override { return {Path::absorbed}; }
   BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
     fused::FusedOptions opt;
     opt.comm = comm_;

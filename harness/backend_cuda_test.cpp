@@ -90,6 +90,16 @@ TEST_F(CudaCases, SmokeProfile) {
   }
 }
 
+// run_fused has the absorbed path only: fuzz draws random cases from paths(), all of which run.
+TEST_F(CudaCases, ImplementsTheAbsorbedPathOnly) {
+  ASSERT_EQ(backend->paths(), std::vector<Path>{Path::absorbed});
+  for (int i = 0; i < 12; ++i) {
+    const Case c = random_case("smoke", 42, i, backend->paths());
+    ASSERT_EQ(c.problem.path, Path::absorbed);
+    const CaseVerdict v = run_case(c, *backend);
+    EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+  }
+}
 
 }  // namespace
 }  // namespace dsa

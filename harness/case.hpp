@@ -35,6 +35,12 @@ inline const std::vector<std::string>& all_stages() {
   return s;
 }
 
+// Both MLA paths (SPEC.md §5), in the order reports list them.
+inline const std::vector<Path>& all_paths() {
+  static const std::vector<Path> p = {Path::absorbed, Path::explicit_};
+  return p;
+}
+
 struct Case {
   uint64_t seed = 0;
   Problem problem;

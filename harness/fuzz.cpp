@@ -113,18 +113,67 @@ ShrinkRecord shrink_and_save(const Case& c, const CaseVerdict& v, Backend& b, do
   return r;
 }
 
+// Usage errors that need no backend: checked before making one, so that bad usage is exit 2
+// even where the backend could not be made (exit 3).
+ProfileDefaults checked_defaults(const SessionOptions& o) {
+  const ProfileDefaults defaults = profile_defaults(o.profile);
+  require(!(o.cases && o.time_budget_s), "--cases", "give either --cases or --time-budget, not both");
+  return defaults;
+}
+
+// The header line of the random stage: which cases it draws, and from which MLA paths, so that a
+// run restricted to fewer paths than a case can take says so before its first case.
+void print_random_header(const SessionOptions& o, const std::string& bname, const std::vector<Path>& paths) {
+  std::string restriction;
+  if (paths.size() < all_paths().size())
+    restriction = o.paths ? " (--path " + paths_text(paths) + ")"
+                          : " (backend " + bname + " implements " + paths_text(paths) + " only)";
+  std::printf("random cases: profile %s, seed %llu, paths %s%s\n", o.profile.c_str(), (unsigned long long)o.seed,
+              paths_text(paths).c_str(), restriction.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
+std::optional<std::vector<Path>> parse_path_flag(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  if (value == "any") return all_paths();
+  if (value == "absorbed" || value == "explicit") return std::vector<Path>{parse_path(value, "--path")};
+  throw InvalidInput("--path", "must be one of absorbed|explicit|any|auto, got '" + value + "'");
+}
+
+std::vector<Path> session_paths(const std::optional<std::vector<Path>>& asked, const Backend& backend) {
+  const std::vector<Path> implemented = backend.paths();
+  if (!asked) return implemented;
+  for (Path p : *asked)
+    require(std::find(implemented.begin(), implemented.end(), p) != implemented.end(), "--path",
+            "backend " + backend.name() + " implements " + paths_text(implemented) + " only, not " + name(p) +
+                " (use --path " + paths_text(implemented) + " or auto)");
+  return *asked;
+}
+
+std::string paths_text(const std::vector<Path>& paths) {
+  std::string s;
+  for (Path p : paths) s += (s.empty() ? "" : "+") + std::string(name(p));
+  return s;
+}
+
 int run_session(const SessionOptions& o) {
+  checked_defaults(o);
+  std::unique_ptr<Backend> backend = make_backend(o.backend, o.backend_opt);
+  return run_session(o, *backend);
+}
+
+int run_session(const SessionOptions& o, Backend& backend) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
-  const ProfileDefaults defaults = profile_defaults(o.profile);
-  require(!(o.cases && o.time_budget_s), "--cases", "give either --cases or --time-budget, not both");
-  std::unique_ptr<Backend> backend = make_backend(o.backend, o.backend_opt);
-  const std::string bname = backend->name();
+  const ProfileDefaults defaults = checked_defaults(o);
+  const std::string bname = backend.name();
   const std::string out_dir = output_dir(o.report);
+  // Random cases only: case files (the corpus, replay) run whatever their path.
+  const std::vector<Path> paths = session_paths(o.paths, backend);
 
   RunContext ctx;
   ctx.command = o.command;
@@ -133,6 +182,7 @@ int run_session(const SessionOptions& o) {
   ctx.profile = o.profile;
   ctx.master_seed = o.seed;
   ctx.started = utc_now();
+  if (o.random) ctx.paths = paths;
 
   std::optional<int64_t> random_cases;
   if (o.random) random_cases = o.cases ? *o.cases : o.time_budget_s ? std::optional<int64_t>() : defaults.cases;
@@ -151,7 +201,7 @@ int run_session(const SessionOptions& o) {
     r.c = c;
     r.case_file = file;
     try {
-      r.v = run_case(c, *backend);
+      r.v = run_case(c, backend);
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = "cannot-run";  // a generator bug: reported, never a pass
@@ -172,7 +222,7 @@ int run_session(const SessionOptions& o) {
       // shrinking drops them anyway.
       if (o.shrink && shrunk_keys.insert(r.v.stage + "/" + r.v.tensor + "/" + r.v.failure).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
-        r.shrunk = shrink_and_save(c, r.v, *backend, defaults.shrink_budget_s, path_of, r.case_file);
+        r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, r.case_file);
         std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
                     r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
       }
@@ -187,12 +237,14 @@ int run_session(const SessionOptions& o) {
     progress.update(static_cast<int64_t>(records.size()), failures);
   };
 
+  if (o.random) print_random_header(o, bname, paths);
   for (auto& file : o.case_files) run_one(load_case_file(file), file, file);
   if (o.random) {
     for (int64_t i = 0;; ++i) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
-      run_one(random_case(o.profile, o.seed, i), "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "");
+      run_one(random_case(o.profile, o.seed, i, paths),
+              "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "");
     }
   }
   progress.finish();

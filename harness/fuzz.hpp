@@ -21,6 +21,8 @@ struct SessionOptions {
   uint64_t seed = 1;
   std::string profile = "default";
   bool random = true;                    // run random cases after the case files
+  // fuzz --path: the MLA paths random cases take; nullopt (auto) = what the backend implements.
+  std::optional<std::vector<Path>> paths;
   std::optional<int64_t> cases;          // random cases; the profile's default when neither is set
   std::optional<double> time_budget_s;   // random cases until this much wall time has passed
   std::vector<std::string> case_files;   // run first, in order
@@ -49,9 +51,23 @@ std::vector<std::string> corpus_files(const std::string& dir, const std::string&
 // (<report without .json>-cases/), else ./dsa-parity-out/.
 std::string output_dir(const std::string& report);
 
+// fuzz --path: absorbed | explicit | any (both) | auto (nullopt: what the backend implements).
+// Throws InvalidInput("--path", ...) for any other value.
+std::optional<std::vector<Path>> parse_path_flag(const std::string& value);
+
+// The MLA paths random cases are drawn from: asked, or backend.paths() when nullopt. Asking for a
+// path the backend does not implement is InvalidInput("--path", "backend cuda implements absorbed
+// only ..."): such a run could only report those cases as cannot-run.
+std::vector<Path> session_paths(const std::optional<std::vector<Path>>& asked, const Backend& backend);
+
+// "absorbed", "absorbed+explicit": a set of paths in the header line and in messages.
+std::string paths_text(const std::vector<Path>& paths);
+
 // Runs the session; returns the exit code (0 all passed, 1 a failure, 3 some case could not run
 // and none failed). InvalidInput (exit 2) and Unavailable (exit 3) propagate.
 int run_session(const SessionOptions& o);
+// The same on a backend made by the caller (o.backend and o.backend_opt are not used).
+int run_session(const SessionOptions& o, Backend& backend);
 
 // `dsa-parity shrink`: shrinks the failing case in file to out ("" = the regressions folder of
 // the backend, see SessionOptions). Returns 1 when the case fails (and was shrunk), 0 when it

@@ -214,6 +214,23 @@ int64_t draw_length(Draw& d, const Profile& pr, int64_t cp, int64_t k) {
   return d.between(0, pr.max_len);
 }
 
+bool allows(const std::vector<Path>& paths, Path p) { return std::find(paths.begin(), paths.end(), p) != paths.end(); }
+
+// Explicit with probability 0.3 when both paths are allowed, else the one allowed. The draw is
+// spent either way so that the draws after it (and so the rest of the case) do not depend on
+// the restriction.
+Path draw_path(Draw& d, const std::vector<Path>& allowed) {
+  const Path drawn = d.chance(0.3) ? Path::explicit_ : Path::absorbed;
+  return allows(allowed, drawn) ? drawn : allowed.front();
+}
+
+// " paths=absorbed" when the run is restricted to fewer than both paths: case i of such a run
+// differs from case i of an unrestricted one, and the note says how it was made.
+std::string paths_note(const std::vector<Path>& paths) {
+  if (allows(paths, Path::absorbed) && allows(paths, Path::explicit_)) return "";
+  return std::string(" paths=") + name(paths.front());
+}
+
 }  // namespace
 
 const std::vector<std::string>& profiles() {
@@ -221,8 +238,9 @@ const std::vector<std::string>& profiles() {
   return p;
 }
 
-Case random_case(const std::string& profile, uint64_t master_seed, int64_t index) {
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const std::vector<Path>& paths) {
   const Profile& pr = profile_spec(profile);
+  require(!paths.empty(), "paths", "at least one MLA path (absorbed, explicit) must be allowed");
   Draw d{Stream(master_seed, "random_case/" + profile), uint64_t(index) << 12};
   Case c;
   Problem& p = c.problem;
@@ -268,7 +286,7 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   const double ls = d.u();
   p.loss = ls < 0.15 ? LossMode::off : ls < 0.70 ? LossMode::sparse : LossMode::dense;
   p.coeff = d.chance(0.7) ? 1.0 : double(d.between(1, 20)) / 10.0;
-  p.path = d.chance(0.3) ? Path::explicit_ : Path::absorbed;
+  p.path = draw_path(d, paths);
   p.relu = d.chance(0.85);
 
   InitSpec& in = c.init;
@@ -283,7 +301,7 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   in.poison_pad_keys = p.pad_rows == PadRows::masked && d.chance(0.6);
   in.inject_indices = d.chance(a);
   c.note = "random_case profile=" + profile + " master_seed=" + std::to_string(master_seed) +
-           " index=" + std::to_string(index);
+           " index=" + std::to_string(index) + paths_note(paths);
   return c;
 }
 

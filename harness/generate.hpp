@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "harness/case.hpp"
 #include "reference/layout.hpp"
@@ -19,8 +20,13 @@ Inputs generate_inputs(const Case& c);
 std::optional<TensorI> injected_indices(const Case& c);
 
 // Profiles: smoke (CI, seconds), default, nightly (long, adversarial), production (DeepSeek-V3.2
-// and GLM-5 shapes). Case i of a run is a pure function of (profile, master seed, i).
-Case random_case(const std::string& profile, uint64_t master_seed, int64_t index);
+// and GLM-5 shapes). Case i of a run is a pure function of (profile, master seed, i, paths).
+// paths: the MLA paths a case may take (a backend's paths(), or fuzz --path); explicit with
+// probability 0.3 when both are allowed. The path draw is spent whatever is allowed, so a
+// restriction changes only the path of case i, and the default reproduces every earlier seed.
+// Throws InvalidInput("paths", ...) when paths is empty.
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index,
+                 const std::vector<Path>& paths = all_paths());
 const std::vector<std::string>& profiles();
 
 }  // namespace dsa

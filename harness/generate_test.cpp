@@ -2,6 +2,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <Eigen/Core>
 #include <gtest/gtest.h>
@@ -244,6 +245,71 @@ TEST(RandomCase, ProductionUsesModelShapes) {
   }
   EXPECT_EQ(heads, (std::set<int64_t>{64, 128}));
   for (auto& p : profiles()) EXPECT_NO_THROW(case_from_json(to_json(random_case(p, 9, 3))));
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h) {
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// 64 cases of a profile under the default paths: a digest of their JSON and each one's path
+// ('a' absorbed, 'e' explicit).
+std::pair<uint64_t, std::string> digest(const std::string& profile, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull;
+  std::string paths;
+  for (int64_t i = 0; i < 64; ++i) {
+    const Case c = random_case(profile, seed, i);
+    h = fnv1a(to_json(c).dump(), h);
+    paths += c.problem.path == Path::explicit_ ? 'e' : 'a';
+  }
+  return {h, paths};
+}
+
+// Pinned before random cases took the allowed paths (generator at d0d219c): existing seeds must
+// keep reproducing exactly the same cases, paths included.
+TEST(RandomCase, DefaultPathsReproduceEarlierSeeds) {
+  const std::tuple<const char*, uint64_t, uint64_t, const char*> pins[] = {
+      {"smoke", 1, 0x6f1c7592319e31c9ull, "aeaeaaeaaaaeaaaeaaeaeaaeaaaaeeeaaaeaaaeaeaaaeaaaeaaaaaaeaeaeaeee"},
+      {"smoke", 4, 0x9b55c09910260498ull, "aaaaaeeaeeaaaeeeaaaeeaaaaaaaeaeaaaaaeaaaaaaeeaaeeaaaaaeaeeaaaeaa"},
+      {"default", 1, 0x6308d7eabd9f49d1ull, "aaaeaaeeaaeeaaeaaeaaaaaaaeaeaeaaeaaaeaaaaaaeaaeaaaeeaaaaaaaaaeea"},
+      {"nightly", 4, 0xb95b31232f787ef9ull, "aaaaeeaaaaaeeeeaaaeaaaaaeaeaeaaaeaeeaaaaaeaaaeeeaaaaeaaeaeeeaeae"},
+      {"production", 1, 0x88472cbec3d430f1ull, "eeaeeeaeaaeaaeaaaaaaaaaaaeaaaeeaeaeaeeaaaaaaaaaaaeeeaaeeaaaaaeea"},
+  };
+  for (auto& [profile, seed, hash, paths] : pins) {
+    const auto [h, p] = digest(profile, seed);
+    EXPECT_EQ(p, paths) << profile << " seed " << seed;
+    EXPECT_EQ(h, hash) << profile << " seed " << seed;
+  }
+  EXPECT_EQ(to_json(random_case("smoke", 1, 5, all_paths())), to_json(random_case("smoke", 1, 5)));
+}
+
+TEST(RandomCase, DrawsOnlyTheAllowedPaths) {
+  const std::vector<Path> absorbed = {Path::absorbed}, explicit_only = {Path::explicit_};
+  std::map<Path, int> by_default;
+  for (uint64_t seed = 1; seed <= 500; ++seed)
+    for (const char* profile : {"smoke", "default"}) {
+      const Case any = random_case(profile, seed, int64_t(seed % 7));
+      ++by_default[any.problem.path];
+      const Case a = random_case(profile, seed, int64_t(seed % 7), absorbed);
+      ASSERT_EQ(a.problem.path, Path::absorbed) << profile << " seed " << seed;
+      ASSERT_EQ(random_case(profile, seed, int64_t(seed % 7), explicit_only).problem.path, Path::explicit_);
+      // Only the path changes: the draw is spent either way, so shapes and features are those of
+      // the unrestricted case, and the note says how the case was made.
+      Case same = any;
+      same.problem.path = Path::absorbed;
+      same.note += " paths=absorbed";
+      ASSERT_EQ(to_json(a), to_json(same)) << profile << " seed " << seed;
+    }
+  // Both paths by default, explicit about 30% of the time (1000 draws: 300 ± 14.5).
+  EXPECT_GT(by_default[Path::absorbed], 0);
+  EXPECT_GT(by_default[Path::explicit_], 230);
+  EXPECT_LT(by_default[Path::explicit_], 370);
+  try {
+    random_case("smoke", 1, 0, {});
+    ADD_FAILURE() << "no path allowed must be refused";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(e.field, "paths");
+  }
 }
 
 }  // namespace

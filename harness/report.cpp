@@ -45,6 +45,15 @@ std::string command_output(const std::string& cmd) {
   return trim(out);
 }
 
+// The MLA paths random cases were drawn from, by name; null when the run drew no random case
+// (replay, repro), where an empty list would read as "no path allowed".
+json paths_json(const std::vector<Path>& paths) {
+  if (paths.empty()) return nullptr;
+  json a = json::array();
+  for (Path p : paths) a.push_back(name(p));
+  return a;
+}
+
 std::string xml_escape(const std::string& s) {
   std::string o;
   for (char ch : s) switch (ch) {
@@ -170,6 +179,7 @@ json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) 
   context["backend"] = ctx.backend;
   context["profile"] = ctx.profile;
   context["master_seed"] = ctx.master_seed;
+  context["paths"] = paths_json(ctx.paths);
   context["started"] = ctx.started;
   context["seconds"] = ctx.seconds;
 

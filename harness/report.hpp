@@ -42,6 +42,7 @@ struct RunContext {
   std::vector<std::string> arguments; // the command line after the binary
   std::string backend, profile;
   uint64_t master_seed = 0;
+  std::vector<Path> paths;            // the MLA paths random cases were drawn from; empty: none drawn
   std::string started;                // UTC, ISO 8601
   double seconds = 0;
   int exit_code = 0;

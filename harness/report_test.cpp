@@ -1,12 +1,18 @@
 #include "harness/report.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include <gtest/gtest.h>
 
 #include "harness/bucket.hpp"
+#include "harness/fuzz.hpp"
 #include "harness/schema_testing.hpp"
+#include "reference/errors.hpp"
 
 namespace dsa {
 namespace {
@@ -158,6 +164,132 @@ TEST(Bucket, TagsAndStableFileNames) {
   const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", kMismatch, {});
   EXPECT_LE(bucket_file_stem(long_a).size(), 120u);
   EXPECT_NE(bucket_file_stem(long_a), bucket_file_stem(long_b));
+}
+
+TEST(Report, RecordsThePathsOfRandomCases) {
+  RunContext ctx;
+  ctx.command = "fuzz";
+  ctx.paths = {Path::absorbed};
+  json r = report_json(ctx, sample_records());
+  EXPECT_EQ(r["context"]["paths"], json::array({"absorbed"}));
+  ctx.paths = all_paths();
+  EXPECT_EQ(report_json(ctx, sample_records())["context"]["paths"], json::array({"absorbed", "explicit"}));
+  ctx.command = "replay";  // no random case drawn: null, never an empty or made-up list
+  ctx.paths.clear();
+  r = report_json(ctx, sample_records());
+  EXPECT_TRUE(r["context"]["paths"].is_null());
+  if (schema_checks_available()) {  // the schema holds the field to path names, at least one
+    const json s = load_report_schema();
+    for (const json& bad : {json::array({"bogus"}), json::array(), json::array({"absorbed", "absorbed"})}) {
+      json b = r;
+      b["context"]["paths"] = bad;
+      EXPECT_NE(schema_violation(b, s), "") << bad;
+    }
+  }
+  DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
+}
+
+// A backend that implements the absorbed path only, as the cuda backend does: the lowp reference
+// that refuses explicit cases (Unavailable, i.e. cannot-run).
+class AbsorbedOnlyBackend final : public Backend {
+ public:
+  std::string name() const override { return "test:absorbed-only"; }
+  std::vector<Path> paths() const override { return {Path::absorbed}; }
+  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+    if (c.problem.path == Path::explicit_) throw Unavailable("implements the absorbed path only");
+    return lowp_->run(c, in, injected);
+  }
+
+ private:
+  std::unique_ptr<Backend> lowp_ = make_reference_backend("lowp", Precision::bf16);
+};
+
+std::string scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto p = std::filesystem::temp_directory_path() /
+                 ("dsa-report-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+json read_report(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f);
+}
+
+TEST(Session, PathFlagValues) {
+  EXPECT_EQ(parse_path_flag("absorbed"), std::vector<Path>{Path::absorbed});
+  EXPECT_EQ(parse_path_flag("explicit"), std::vector<Path>{Path::explicit_});
+  EXPECT_EQ(parse_path_flag("any"), all_paths());
+  EXPECT_EQ(parse_path_flag("auto"), std::nullopt);
+  try {
+    parse_path_flag("bogus");
+    ADD_FAILURE() << "--path bogus must be refused";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(e.field, "--path");
+    EXPECT_NE(e.rule.find("absorbed|explicit|any"), std::string::npos) << e.rule;
+  }
+  const auto lowp = make_reference_backend("lowp", Precision::bf16);
+  EXPECT_EQ(lowp->paths(), all_paths());
+  EXPECT_EQ(session_paths(std::nullopt, *lowp), all_paths());
+  EXPECT_EQ(session_paths(std::vector<Path>{Path::explicit_}, *lowp), std::vector<Path>{Path::explicit_});
+  AbsorbedOnlyBackend absorbed;
+  EXPECT_EQ(session_paths(std::nullopt, absorbed), std::vector<Path>{Path::absorbed});
+  for (auto asked : {std::vector<Path>{Path::explicit_}, all_paths()}) {
+    try {
+      session_paths(asked, absorbed);
+      ADD_FAILURE() << "asking for explicit on an absorbed-only backend must be refused";
+    } catch (const InvalidInput& e) {
+      EXPECT_EQ(e.field, "--path");
+      EXPECT_NE(e.rule.find("backend test:absorbed-only implements absorbed only"), std::string::npos) << e.rule;
+    }
+  }
+}
+
+// The problem this solves: by default, fuzz on a backend without the explicit path drew explicit
+// cases anyway (smoke seed 1: case 1, 3, 6, ...) and so always exited 3, even with no failure.
+TEST(Session, AbsorbedOnlyBackendDrawsNoExplicitCaseAndSaysSo) {
+  const std::string d = scratch_dir();
+  AbsorbedOnlyBackend backend;
+  SessionOptions o;
+  o.profile = "smoke";
+  o.seed = 1;
+  o.cases = 32;
+  o.progress = false;
+  o.report = d + "/r.json";
+  ::testing::internal::CaptureStdout();
+  const int code = run_session(o, backend);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("random cases: profile smoke, seed 1, paths absorbed (backend test:absorbed-only implements "
+                     "absorbed only)"),
+            std::string::npos)
+      << out;
+  const json rep = read_report(o.report);
+  EXPECT_EQ(rep["context"]["paths"], json::array({"absorbed"}));
+  ASSERT_EQ(rep["cases"].size(), 32u);
+  for (auto& c : rep["cases"]) {
+    EXPECT_EQ(c["case"]["path"], "absorbed") << c["description"];
+    EXPECT_EQ(c["verdict"], "pass") << c["description"];
+  }
+  EXPECT_EQ(rep["summary"]["cannot_run"], 0);
+
+  // Case files are never filtered: an explicit corpus case stays cannot-run (exit 3).
+  o.case_files = {std::string(DSA_SOURCE_DIR) + "/cases/edge/large_logits_explicit.json"};
+  o.cases = 3;
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_session(o, backend), 3);
+  ::testing::internal::GetCapturedStdout();
+  const json again = read_report(o.report);
+  EXPECT_EQ(again["cases"][0]["verdict"], "cannot-run");
+  EXPECT_EQ(again["cases"][0]["case"]["path"], "explicit");
+  EXPECT_EQ(again["summary"]["cannot_run"], 1);
+
+  // Asking for the path it lacks is bad usage, before any case runs.
+  o.paths = std::vector<Path>{Path::explicit_};
+  EXPECT_THROW(run_session(o, backend), InvalidInput);
+  DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
 }
 
 }  // namespace

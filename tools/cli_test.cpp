@@ -230,6 +230,68 @@ TEST(Cli, CudaWithoutADeviceCannotRun) {
   EXPECT_EQ(r.code, 3) << r.out << r.err;
 }
 
+// The MLA paths of fuzz's random cases (--path): recorded in the header line and the report.
+TEST(Cli, FuzzPathFlagRestrictsRandomCasesAndRecordsThem) {
+  const std::string d = scratch();
+  const std::string base = "fuzz --backend lowp --profile smoke --seed 1 --cases 8 --corpus none ";
+  Outcome r = dsa(base + "--path absorbed --report a.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("random cases: profile smoke, seed 1, paths absorbed (--path absorbed)"), std::string::npos)
+      << r.out;
+  const json a = read_json(d + "/a.json");
+  EXPECT_EQ(a["context"]["paths"], json::array({"absorbed"}));
+  ASSERT_EQ(a["cases"].size(), 8u);
+  for (auto& c : a["cases"]) EXPECT_EQ(c["case"]["path"], "absorbed") << c["description"];
+  // By default lowp's paths: both, and smoke seed 1 draws explicit cases among its first 8.
+  r = dsa(base + "--report b.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("paths absorbed+explicit\n"), std::string::npos) << r.out;
+  const json b = read_json(d + "/b.json");
+  EXPECT_EQ(b["context"]["paths"], json::array({"absorbed", "explicit"}));
+  int64_t explicit_cases = 0;
+  for (auto& c : b["cases"]) explicit_cases += c["case"]["path"] == "explicit";
+  EXPECT_GT(explicit_cases, 0);
+  r = dsa(base + "--path explicit --report c.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (auto& c : read_json(d + "/c.json")["cases"]) EXPECT_EQ(c["case"]["path"], "explicit") << c["description"];
+  // replay draws no random case: null.
+  r = dsa("replay " + q(kSource + "/cases/edge/shorter_than_k.json") + " --backend lowp --report e.json", d);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(read_json(d + "/e.json")["context"]["paths"].is_null());
+  DSA_EXPECT_MATCHES_SCHEMA(a, "report.schema.json");
+}
+
+TEST(Cli, BadPathIsExitTwoNamingPath) {
+  const std::string d = scratch();
+  // Bad usage before the backend is made: exit 2 even where cuda could not run (exit 3).
+  for (const char* args : {"fuzz --backend lowp --path bogus --cases 1", "fuzz --backend cuda --path bogus --cases 1",
+                           "fuzz --backend lowp --path= --cases 1"}) {
+    Outcome r = dsa(args, d);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("--path"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+// On a GPU: cuda implements the absorbed path only, so fuzz draws absorbed cases only and a run
+// without failures exits 0 (it exited 3, every explicit case being cannot-run).
+TEST(Cli, CudaFuzzDrawsAbsorbedOnly) {
+  if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend cuda --profile smoke --seed 1 --cases 8 --corpus none --report r.json", d);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("paths absorbed (backend cuda implements absorbed only)"), std::string::npos) << r.out;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(rep["context"]["paths"], json::array({"absorbed"}));
+  for (auto& c : rep["cases"]) EXPECT_EQ(c["case"]["path"], "absorbed") << c["description"];
+  for (const char* path : {"explicit", "any"}) {
+    r = dsa(std::string("fuzz --backend cuda --profile smoke --cases 1 --corpus none --path ") + path, d);
+    EXPECT_EQ(r.code, 2) << path << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("--path: backend cuda implements absorbed only"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
   const std::string d = scratch();
   const std::string malformed = kSource + "/harness/testdata/malformed/topk_zero.json";
