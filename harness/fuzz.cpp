@@ -184,10 +184,22 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.started = utc_now();
   if (o.random) ctx.paths = paths;
 
+  // fuzz selects its corpus by path as it draws its random cases: a corpus case of a path the run
+  // does not draw is not selected (listed on stdout and in the report, never run, never a pass).
+  // replay and repro run every file they are given.
+  std::vector<std::pair<std::string, Case>> files;
+  for (const auto& file : o.case_files) {
+    Case c = load_case_file(file);
+    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
+      ctx.not_selected.push_back(file);
+    else
+      files.emplace_back(file, std::move(c));
+  }
+
   std::optional<int64_t> random_cases;
   if (o.random) random_cases = o.cases ? *o.cases : o.time_budget_s ? std::optional<int64_t>() : defaults.cases;
   std::optional<int64_t> total;
-  if (!o.random || random_cases) total = static_cast<int64_t>(o.case_files.size()) + (random_cases ? *random_cases : 0);
+  if (!o.random || random_cases) total = static_cast<int64_t>(files.size()) + (random_cases ? *random_cases : 0);
   Progress progress(o.progress, total, o.time_budget_s);
 
   std::vector<CaseRecord> records;
@@ -238,7 +250,9 @@ int run_session(const SessionOptions& o, Backend& backend) {
   };
 
   if (o.random) print_random_header(o, bname, paths);
-  for (auto& file : o.case_files) run_one(load_case_file(file), file, file);
+  for (const auto& file : ctx.not_selected)
+    std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
+  for (auto& [file, c] : files) run_one(c, file, file);
   if (o.random) {
     for (int64_t i = 0;; ++i) {
       if (random_cases && i >= *random_cases) break;

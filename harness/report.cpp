@@ -180,6 +180,7 @@ json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) 
   context["profile"] = ctx.profile;
   context["master_seed"] = ctx.master_seed;
   context["paths"] = paths_json(ctx.paths);
+  context["not_selected"] = ctx.not_selected;
   context["started"] = ctx.started;
   context["seconds"] = ctx.seconds;
 

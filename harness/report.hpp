@@ -43,6 +43,7 @@ struct RunContext {
   std::string backend, profile;
   uint64_t master_seed = 0;
   std::vector<Path> paths;            // the MLA paths random cases were drawn from; empty: none drawn
+  std::vector<std::string> not_selected;  // fuzz: corpus files of other paths, not run
   std::string started;                // UTC, ISO 8601
   double seconds = 0;
   int exit_code = 0;

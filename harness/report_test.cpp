@@ -275,16 +275,34 @@ TEST(Session, AbsorbedOnlyBackendDrawsNoExplicitCaseAndSaysSo) {
   }
   EXPECT_EQ(rep["summary"]["cannot_run"], 0);
 
-  // Case files are never filtered: an explicit corpus case stays cannot-run (exit 3).
-  o.case_files = {std::string(DSA_SOURCE_DIR) + "/cases/edge/large_logits_explicit.json"};
+  // fuzz selects its corpus by path too: the explicit corpus case is not selected, says so on
+  // stdout and in the report, and is neither run nor counted.
+  const std::string expl = std::string(DSA_SOURCE_DIR) + "/cases/edge/large_logits_explicit.json";
+  o.case_files = {expl};
   o.cases = 3;
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_session(o, backend), 0);
+  const std::string out2 = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out2.find("corpus case not selected (its path is not among absorbed): " + expl), std::string::npos) << out2;
+  const json again = read_report(o.report);
+  EXPECT_EQ(again["context"]["not_selected"], json::array({expl}));
+  EXPECT_EQ(again["cases"].size(), 3u);
+  EXPECT_EQ(again["summary"]["cannot_run"], 0);
+  DSA_EXPECT_MATCHES_SCHEMA(again, "report.schema.json");
+
+  // replay (no random cases) runs every file: there the explicit case is cannot-run (exit 3).
+  o.random = false;
+  o.command = "replay";
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(run_session(o, backend), 3);
   ::testing::internal::GetCapturedStdout();
-  const json again = read_report(o.report);
-  EXPECT_EQ(again["cases"][0]["verdict"], "cannot-run");
-  EXPECT_EQ(again["cases"][0]["case"]["path"], "explicit");
-  EXPECT_EQ(again["summary"]["cannot_run"], 1);
+  const json replayed = read_report(o.report);
+  EXPECT_EQ(replayed["cases"][0]["verdict"], "cannot-run");
+  EXPECT_EQ(replayed["cases"][0]["case"]["path"], "explicit");
+  EXPECT_EQ(replayed["summary"]["cannot_run"], 1);
+  EXPECT_TRUE(replayed["context"]["not_selected"].empty());
+  o.random = true;
+  o.command = "fuzz";
 
   // Asking for the path it lacks is bad usage, before any case runs.
   o.paths = std::vector<Path>{Path::explicit_};

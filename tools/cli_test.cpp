@@ -278,11 +278,14 @@ TEST(Cli, BadPathIsExitTwoNamingPath) {
 TEST(Cli, CudaFuzzDrawsAbsorbedOnly) {
   if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const std::string d = scratch();
-  Outcome r = dsa("fuzz --backend cuda --profile smoke --seed 1 --cases 8 --corpus none --report r.json", d);
+  // With the corpus: its explicit case is not selected, so the run exits 0.
+  Outcome r = dsa("fuzz --backend cuda --profile smoke --seed 1 --cases 8 --report r.json", d);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("paths absorbed (backend cuda implements absorbed only)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("corpus case not selected"), std::string::npos) << r.out;
   const json rep = read_json(d + "/r.json");
   EXPECT_EQ(rep["context"]["paths"], json::array({"absorbed"}));
+  EXPECT_FALSE(rep["context"]["not_selected"].empty());
   for (auto& c : rep["cases"]) EXPECT_EQ(c["case"]["path"], "absorbed") << c["description"];
   for (const char* path : {"explicit", "any"}) {
     r = dsa(std::string("fuzz --backend cuda --profile smoke --cases 1 --corpus none --path ") + path, d);
