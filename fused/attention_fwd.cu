@@ -15,6 +15,7 @@
 #include "fused/attention.hpp"
 #include "fused/attention_fwd_sm90.hpp"
 #include "fused/mma.cuh"
+#include "fused/softmax_rows.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
 
@@ -107,26 +108,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
         s[nt][e] = slot < cnt ? s[nt][e] * sl2 : -INFINITY;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    if (t4 == 0) {
-      sMax[kh * HB + r0] = mx[0];
-      sMax[kh * HB + r0 + 8] = mx[1];
-    }
-    __syncthreads();
+    softmax::reduce_rows(mx, sMax, kh, r0, t4, softmax::Max{});
     float alpha[2], m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float mt = fmaxf(sMax[r0 + 8 * r], sMax[HB + r0 + 8 * r]);
-      const float mn = fmaxf(m_run[r], mt);
-      m_use[r] = mn == -INFINITY ? 0.f : mn;  // no exp(−inf − −inf) on a row without a usable key yet
-      alpha[r] = exp2f(m_run[r] - m_use[r]);
-      m_run[r] = mn;
-      l_part[r] *= alpha[r];
-    }
+    softmax::update_max(mx, m_run, l_part, m_use, alpha);
     float p[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -138,20 +122,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
     if (ntiles == 1) {
       // A row whose keys fit one tile: its lse is known now, so P = exp(logit − lse) is rounded
       // to bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
-      float l[2];
+      float l[2] = {l_part[0], l_part[1]};
+      softmax::publish_rows(l, sSum, kh, r0, t4, softmax::Sum{});
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        l[r] = l_part[r] + __shfl_xor_sync(0xffffffffu, l_part[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-      }
-      if (t4 == 0) {
-        sSum[kh * HB + r0] = l[0];
-        sSum[kh * HB + r0 + 8] = l[1];
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float lt = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+        const float lt = softmax::combined(sSum, r0, r, softmax::Sum{});
         const float lse2 = lt > 0.f ? m_use[r] + log2f(lt) : INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
@@ -196,20 +171,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_kernel(AttnFwdA
   }
 
   // Row sums: 4 lanes of a group, then the two key halves.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
-    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
-  }
-  if (t4 == 0) {
-    sSum[kh * HB + r0] = l_part[0];
-    sSum[kh * HB + r0 + 8] = l_part[1];
-  }
-  __syncthreads();
+  softmax::publish_rows(l_part, sSum, kh, r0, t4, softmax::Sum{});
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+    const float l = softmax::combined(sSum, r0, r, softmax::Sum{});
     inv[r] = ntiles == 1 ? 1.f : l > 0.f ? 1.f / l : 0.f;  // one tile: P was normalized already
     const int h = h0 + r0 + 8 * r;
     if (kh == 0 && t4 == 0 && blockIdx.z == 0 && h < a.H)

@@ -17,6 +17,7 @@
 #include "fused/attention_fwd_sm90.hpp"
 #include "fused/cuda_check.hpp"
 #include "fused/mma.cuh"
+#include "fused/softmax_rows.cuh"
 #include "fused/wgmma.cuh"
 
 namespace dsa::fused {
@@ -138,26 +139,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
       s[i] = slot < cnt ? s[i] * sl2 : -INFINITY;
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    if (t4 == 0) {
-      sMax[wg * HB + r0] = mx[0];
-      sMax[wg * HB + r0 + 8] = mx[1];
-    }
-    __syncthreads();
+    softmax::reduce_rows(mx, sMax, wg, r0, t4, softmax::Max{});
     float alpha[2], m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float mt = fmaxf(sMax[r0 + 8 * r], sMax[HB + r0 + 8 * r]);
-      const float mn = fmaxf(m_run[r], mt);
-      m_use[r] = mn == -INFINITY ? 0.f : mn;  // no exp(−inf − −inf) on a row without a usable key yet
-      alpha[r] = exp2f(m_run[r] - m_use[r]);
-      m_run[r] = mn;
-      l_part[r] *= alpha[r];
-    }
+    softmax::update_max(mx, m_run, l_part, m_use, alpha);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
@@ -166,18 +150,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
     if (ntiles == 1) {
       // A row whose keys fit one tile: its lse is known now, so P = exp(logit − lse) is rounded to
       // bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        l_one[r] = l_part[r] + __shfl_xor_sync(0xffffffffu, l_part[r], 1);
-        l_one[r] += __shfl_xor_sync(0xffffffffu, l_one[r], 2);
-      }
-      if (t4 == 0) {
-        sSum[wg * HB + r0] = l_one[0];
-        sSum[wg * HB + r0 + 8] = l_one[1];
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l_one[r] = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+      l_one[0] = l_part[0];
+      l_one[1] = l_part[1];
+      softmax::reduce_rows(l_one, sSum, wg, r0, t4, softmax::Sum{});
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const float lt = l_one[(i >> 1) & 1];
@@ -214,18 +189,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
   // Row sums: 4 lanes of a group, then the two key halves (one-tile rows were normalized already).
   float l[2] = {l_one[0], l_one[1]};
   if (ntiles != 1) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
-      l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
-    }
-    if (t4 == 0) {
-      sSum[wg * HB + r0] = l_part[0];
-      sSum[wg * HB + r0 + 8] = l_part[1];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+    l[0] = l_part[0];
+    l[1] = l_part[1];
+    softmax::reduce_rows(l, sSum, wg, r0, t4, softmax::Sum{});
   }
   float inv[2];
 #pragma unroll
