@@ -14,7 +14,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
 plants() {
   local inc="-I. -I/usr/include/eigen3 -I/usr/local/cuda/include"
   for P in causal_end_off_by_one neg1_read_as_row0 trust_noncausal_indices base2_lse_backward dq_missing_scale dlogit_missing_delta; do
-    ( /usr/local/cuda/bin/nvcc -std=c++17 -O2 -arch=sm_90a -I. -DDSA_PLANT_$P=1 fused/attention_select.cu fused/attention_fwd.cu \
+    ( /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -DDSA_PLANT_$P=1 fused/attention_select.cu fused/attention_fwd.cu fused/attention_fwd_sm90.cu \
         fused/attention_bwd.cu fused/device.cu fused/attention_test.cpp -lgtest -lgtest_main -o /tmp/plant_$P > /tmp/plant_$P.build 2>&1 ) &
   done
   g++ -std=c++20 -O2 $inc -c fused/run_test.cpp -o /tmp/run_test.o
