@@ -24,9 +24,9 @@ class Backend {
   // injected: the indices the attention must use (the case injects them), else nullopt.
   // Throws std::runtime_error when the implementation fails (a "crash" bucket).
   virtual BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) = 0;
-  // The MLA paths (SPEC.md §5) it implements. `fuzz` draws random cases only from these, so a
-  // backend with one path is not flooded with cases it can only report as cannot-run; a case file
-  // on another path still runs and is reported cannot-run.
+  // The MLA paths (SPEC.md §5) it implements. `fuzz` draws random cases only from these, and
+  // selects its corpus likewise (listing what it leaves out), so a backend with one path is not
+  // flooded with cases it can only report as cannot-run; `replay` runs every file (cannot-run).
   virtual std::vector<Path> paths() const { return all_paths(); }
 };
 

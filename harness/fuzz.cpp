@@ -172,7 +172,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   const ProfileDefaults defaults = checked_defaults(o);
   const std::string bname = backend.name();
   const std::string out_dir = output_dir(o.report);
-  // Random cases only: case files (the corpus, replay) run whatever their path.
+  // The paths random cases take (and, under fuzz, the corpus cases selected below).
   const std::vector<Path> paths = session_paths(o.paths, backend);
 
   RunContext ctx;
