@@ -24,10 +24,11 @@ namespace dsa::fused {
 
 namespace {
 
-constexpr int HB = 64;            // heads per CTA (the wgmma M)
-[[maybe_unused]] constexpr int BN = 64;            // keys per tile
-constexpr int ATOMS = 9;          // 64-column atom columns of the query width: C + R ≤ 576
-constexpr int ATOM_BYTES = 64 * 128;  // one atom column of a 64-row tile
+// [[maybe_unused]]: the compute_80 pass compiles the kernel body out, and with it their only uses.
+constexpr int HB = 64;                                 // heads per CTA (the wgmma M)
+[[maybe_unused]] constexpr int BN = 64;                // keys per tile
+constexpr int ATOMS = 9;                               // 64-column atom columns of the query width: C + R ≤ 576
+constexpr int ATOM_BYTES = 64 * 128;                   // one atom column of a 64-row tile
 constexpr int TILE_BYTES = ATOMS * ATOM_BYTES;
 constexpr int NTHREADS = 256;
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
@@ -35,7 +36,8 @@ constexpr int NTHREADS = 256;
 
 // Shared memory: Q~ block, two key tiles, P, and the row max / row sum exchange; the base is
 // rounded up to 1024 bytes (the swizzle atom), hence the slack.
-[[maybe_unused]] constexpr int OFF_Q = 0, OFF_K0 = TILE_BYTES, OFF_K1 = 2 * TILE_BYTES, OFF_P = 3 * TILE_BYTES;
+[[maybe_unused]] constexpr int OFF_Q = 0, OFF_K0 = TILE_BYTES, OFF_K1 = 2 * TILE_BYTES;
+constexpr int OFF_P = 3 * TILE_BYTES;
 constexpr int OFF_RED = OFF_P + ATOM_BYTES;
 constexpr int SMEM_BYTES = OFF_RED + 4 * HB * (int)sizeof(float) + 1024;
 
