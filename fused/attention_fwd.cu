@@ -225,8 +225,13 @@ FwdKernel attention_forward_kernel_for(const AttnFwdArgs& a) {
 
 void attention_forward(const AttnFwdArgs& a, cudaStream_t s, FwdKernel kernel) {
   if (a.Tq <= 0 || a.H <= 0) return;
-  if (kernel == FwdKernel::best) kernel = attention_forward_kernel_for(a);
-  if (kernel == FwdKernel::wgmma)
+  if (kernel == FwdKernel::mma) return attention_forward_mma(a, s);
+  const bool fits = attention_forward_sm90_fits(a);  // asked once: it queries the driver
+  if (kernel == FwdKernel::wgmma && !fits)
+    throw std::invalid_argument("attention_forward: the wgmma kernel needs an sm_90 device, sm_90a code, C = 512 and "
+                                "C + R ≤ 576 with R a multiple of 8 (got C = " +
+                                std::to_string(a.C) + ", R = " + std::to_string(a.R) + ")");
+  if (fits)
     attention_forward_sm90(a, s);
   else
     attention_forward_mma(a, s);

@@ -8,7 +8,7 @@ namespace dsa::fused {
 // True when this device and shape can take the wgmma kernel: compute capability 9.0 with sm_90a
 // code in the binary, C = 512, C + R ≤ 576, R a multiple of 8.
 bool attention_forward_sm90_fits(const AttnFwdArgs& a);
-// Throws std::invalid_argument when !attention_forward_sm90_fits(a).
+// Launches it; the caller (attention_forward) has checked attention_forward_sm90_fits(a).
 void attention_forward_sm90(const AttnFwdArgs& a, cudaStream_t s);
 
 }  // namespace dsa::fused
