@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
   mma::cp_async_commit();
   for (int h = threadIdx.x; h < HB; h += NTHREADS) {
     const bool on = h < hv;
-#if DSA_PLANT_base2_lse_backward
+#if DSA_MUTANT_base2_lse_backward
     sLse[h] = on ? a.lse[(int64_t)row * a.H + h0 + h] : INFINITY;  // a natural-log lse used as base 2
 #else
     sLse[h] = on ? a.lse[(int64_t)row * a.H + h0 + h] * kLog2e : INFINITY;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
         p[e] = ok ? exp2f(s[nt][e] * sl2 - sLse[r]) : 0.f;
         // A softmax over one key has zero gradient: dP and Δ = dO_lat·O_lat are then the same
         // number summed in two orders (tensor core vs SIMT), so form 0 exactly, never their noise.
-#if DSA_PLANT_dlogit_missing_delta
+#if DSA_MUTANT_dlogit_missing_delta
         ds[e] = ok ? p[e] * dp[nt][e] : 0.f;
 #else
         ds[e] = ok && cnt > 1 ? p[e] * (dp[nt][e] - sDelta[r]) : 0.f;
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
     }
   }
 
-#if DSA_PLANT_dq_missing_scale
+#if DSA_MUTANT_dq_missing_scale
   const float qscale = 1.f;  // dQ~ without the softmax scale
 #else
   const float qscale = a.scale;

@@ -14,7 +14,7 @@ __global__ void select_keys_kernel(SelectArgs a) {
   if (row >= a.Tq) return;
   const int kb = a.rows.key_begin[row];
   int ke = a.rows.key_end[row];
-#if DSA_PLANT_causal_end_off_by_one
+#if DSA_MUTANT_causal_end_off_by_one
   if (ke > kb) ke += 1;  // the row also sees the key right after it
 #endif
   const int32_t* idx = a.indices + (int64_t)row * a.K;
@@ -24,10 +24,10 @@ __global__ void select_keys_kernel(SelectArgs a) {
     const int slot = base + lane;
     int t = slot < a.K ? idx[slot] : -1;
     bool ok = t >= 0 && t < a.Tp && t >= kb && t < ke;
-#if DSA_PLANT_trust_noncausal_indices
+#if DSA_MUTANT_trust_noncausal_indices
     ok = t >= 0 && t < a.Tp;  // trusts the indexer for causality
 #endif
-#if DSA_PLANT_neg1_read_as_row0
+#if DSA_MUTANT_neg1_read_as_row0
     if (slot < a.K && t == -1) { t = 0; ok = true; }  // an empty slot reads key row 0 unchecked
 #endif
     const unsigned m = __ballot_sync(0xffffffffu, ok);

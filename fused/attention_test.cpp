@@ -11,8 +11,8 @@
 #include <cuda_runtime.h>
 
 #include "fused/attention.hpp"
-#include "fused/device.cuh"
-#include "reference/precision.hpp"
+#include "fused/device.hpp"
+#include "core/bf16.hpp"
 
 namespace dsa::fused {
 namespace {

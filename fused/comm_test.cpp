@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "fused/comm/comm.hpp"
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 
 namespace dsa::fused {
 namespace {

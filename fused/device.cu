@@ -1,7 +1,7 @@
 // Device discovery and the bf16 helpers every kernel shares.
 #include <cuda_runtime.h>
 
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 
 namespace dsa::fused {
 

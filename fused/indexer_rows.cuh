@@ -14,10 +14,10 @@ struct KeyRange {
 
 __device__ __forceinline__ KeyRange visible_range(const RowRanges& rows, int i, int Tp) {
   KeyRange r{rows.key_begin[i], rows.key_end[i]};
-#if DSA_PLANT_causal_end_off_by_one
+#if DSA_MUTANT_causal_end_off_by_one
   if (r.end > r.begin && r.end < Tp) ++r.end;  // the key right after the row becomes visible
 #endif
-#if DSA_PLANT_pad_keys_visible
+#if DSA_MUTANT_pad_keys_visible
   if (r.end > r.begin && r.begin > 0) --r.begin;  // the previous segment's (pad) tail becomes visible
 #endif
   if (r.begin < 0) r.begin = 0;

@@ -12,6 +12,7 @@
 #include "fused/indexer_testing.hpp"
 #include "reference/core.hpp"
 #include "reference/test_util.hpp"
+#include "check/topk_equivalent.hpp"
 #include "reference/topk.hpp"
 
 namespace dsa::fused::testing {

@@ -17,10 +17,10 @@
 #include <cuda_runtime.h>
 
 #include "fused/api.cuh"
-#include "fused/device.cuh"
-#include "reference/inputs.hpp"
-#include "reference/layout.hpp"
-#include "reference/tensor.hpp"
+#include "fused/device.hpp"
+#include "core/inputs.hpp"
+#include "core/layout.hpp"
+#include "core/tensor.hpp"
 
 namespace dsa::fused::testing {
 

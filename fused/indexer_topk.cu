@@ -26,7 +26,7 @@
 #include "fused/indexer_rows.cuh"
 #include "fused/mma.cuh"
 #include "fused/topk_select.cuh"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa::fused {
 namespace {

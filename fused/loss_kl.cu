@@ -27,7 +27,7 @@
 #include "fused/cuda_check.hpp"
 #include "fused/indexer_rows.cuh"
 #include "fused/mma.cuh"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa::fused {
 namespace {
@@ -55,7 +55,7 @@ struct LossLayout {
 __device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
 __device__ __forceinline__ float dphi(float u, bool relu) {
   if (!relu) return 1.f;
-#if DSA_PLANT_relu_grad_one_at_zero
+#if DSA_MUTANT_relu_grad_one_at_zero
   return u >= 0.f ? 1.f : 0.f;
 #else
   return u > 0.f ? 1.f : 0.f;
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
   const int nip = L.HIp / 16, ndc = (L.DIp + 63) / 64;
   for (int step = 0; step < ntiles; ++step) {
     const int tile = (step + rot) % ntiles;
-#if DSA_PLANT_streaming_kl_drop_last_chunk
+#if DSA_MUTANT_streaming_kl_drop_last_chunk
     if (!a.dense && tile == ntiles - 1) break;  // planted: the last key tile of the row is skipped
 #endif
     stage(tile);
@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
       valid[r] = skeys[warp * 16 + gq + 8 * r] >= 0;
       const float T = That[r] / normT, logQ = I[r] - lseI, Q = expf(logQ);
       dI[r] = valid[r] ? a.coeff_over_N * (Q - T) : 0.f;
-#if DSA_PLANT_kl_reversed
+#if DSA_MUTANT_kl_reversed
       if (valid[r] && qq == 0) kl += Q * (logQ - logf(fmaxf(T, 1e-10f)));  // planted: KL(Q‖T)
 #else
       if (valid[r] && qq == 0 && T > 0.f) kl += T * (logf(fmaxf(T, 1e-10f)) - logQ);

@@ -13,7 +13,7 @@
 #include "fused/api.cuh"
 #include "fused/indexer_testing.hpp"
 #include "reference/core.hpp"
-#include "reference/precision.hpp"
+#include "core/bf16.hpp"
 #include "reference/test_util.hpp"
 
 namespace dsa::fused::testing {

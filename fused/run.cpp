@@ -19,12 +19,12 @@
 #include "fused/attention.hpp"
 #include "fused/comm/comm.hpp"
 #include "fused/cuda_check.hpp"
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 #include "fused/projections.hpp"
 #include "fused/rows.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
-#include "reference/precision.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
+#include "core/bf16.hpp"
 
 namespace dsa::fused {
 
@@ -119,7 +119,7 @@ struct Shared {
 
 constexpr int64_t kGuardRows = 64;  // NaN rows before and after every key buffer
 
-#if DSA_PLANT_zigzag_chunk_swap
+#if DSA_MUTANT_zigzag_chunk_swap
 // The planted bug: a zigzag rank lays out its two chunks of each segment in swapped order when it
 // contributes its key rows to the all-gather (the restore still assumes the right order).
 std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) {
@@ -287,7 +287,7 @@ void run_rank(const Shared& S, DeviceComm& comm, RankOut& out) {
   // ---- CP: key gradients reduce-scattered to their owners (gathered order), weights all-reduced ----
   auto scatter_keys = [&](const DBuf<float>& full, int64_t width) {
     DBuf<float> mine(Tq * width);
-#if DSA_PLANT_no_key_grad_reduce_scatter
+#if DSA_MUTANT_no_key_grad_reduce_scatter
     gather_rows(mine.get(), full.get(), row_g.get(), Tq, width * 4, st);  // keeps only its own partial
 #else
     DBuf<float> perm(Tp * width);

@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "reference/inputs.hpp"
-#include "reference/problem.hpp"
-#include "reference/result.hpp"
+#include "core/inputs.hpp"
+#include "core/problem.hpp"
+#include "core/result.hpp"
 
 namespace dsa::fused {
 

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <random>
 
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 #include "fused/run.hpp"
 #include "reference/core.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
-#include "reference/precision.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
+#include "core/bf16.hpp"
 
 namespace dsa::fused {
 namespace {

@@ -17,7 +17,7 @@ struct SelectScratch {
   int warp_tot[kSelWarps];
   int bin, rem;
   int eq_all;      // after the last pass: how many keys equal the pivot
-  uint32_t below;  // plant topk_lowest_on_ties: the best key strictly below the pivot
+  uint32_t below;  // mutant topk_lowest_on_ties: the best key strictly below the pivot
 };
 
 // Larger score ⇒ larger key; −0 and +0 share a key (they are equal scores).
@@ -91,7 +91,7 @@ __device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m, Select
     __syncthreads();
   }
   const uint32_t pivot = prefix;
-#if DSA_PLANT_topk_lowest_on_ties
+#if DSA_MUTANT_topk_lowest_on_ties
   // Planted: when the boundary tie continues past slot m, its last slot goes to the best key
   // strictly below the tie.
   const bool tie_past_end = s.eq_all > rem;
@@ -115,7 +115,7 @@ __device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m, Select
     int eq_tot = 0;
     const int eq_before = eq_seen + cta_exclusive_count(eq, s, eq_tot);
     bool keep = (in && k > pivot) || (eq && eq_before < rem);
-#if DSA_PLANT_topk_lowest_on_ties
+#if DSA_MUTANT_topk_lowest_on_ties
     if (below != 0xffffffffu) {
       if (eq && eq_before == rem - 1) keep = false;
       int below_tot = 0;

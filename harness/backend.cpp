@@ -1,7 +1,7 @@
 // make_backend: the --backend names of DESIGN.md.
 #include "harness/backend.hpp"
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 
@@ -11,7 +11,7 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOpti
   if (spec == "cuda") return make_cuda_backend(opt);
   if (spec == "auto") return cuda_device_present() ? make_cuda_backend(opt) : make_reference_backend("lowp", Precision::bf16);
   if (spec.rfind("mutant:", 0) == 0)
-    return make_reference_backend(spec, Precision::bf16, parse_plant(spec.substr(7)));
+    return make_reference_backend(spec, Precision::bf16, parse_mutant(spec.substr(7)));
   if (spec.rfind("exec:", 0) == 0) {
     require(spec.size() > 5, "backend", "exec: needs a command, e.g. exec:\"python3 my_kernel.py\"");
     return make_exec_backend(spec.substr(5), opt);

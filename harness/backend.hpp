@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "check/prepared.hpp"
 #include "harness/case.hpp"
-#include "reference/plant.hpp"
-#include "reference/result.hpp"
+#include "core/mutant.hpp"
+#include "core/result.hpp"
 
 namespace dsa {
 
@@ -21,9 +22,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // injected: the indices the attention must use (the case injects them), else nullopt.
+  // pc: the case validated, laid out and generated once (pc.injected: the indices the attention
+  // must use when the case injects them).
   // Throws std::runtime_error when the implementation fails (a "crash" bucket).
-  virtual BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) = 0;
+  virtual BackendRun run(const Case& c, const PreparedCase& pc) = 0;
   // The MLA paths (SPEC.md §5) it implements. `fuzz` draws random cases only from these, and
   // selects its corpus likewise (listing what it leaves out), so a backend with one path is not
   // flooded with cases it can only report as cannot-run; `replay` runs every file (cannot-run).
@@ -42,7 +44,7 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOpti
 // The CPU reference as a backend (harness/backend_reference.cpp): exact runs globally (run_core),
 // bf16 runs rank by rank (run_core_sharded), optionally with a planted bug. Named `name`.
 std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision,
-                                                Plant plant = Plant::none);
+                                                Mutant mutant = Mutant::none);
 
 // An external implementation behind the exec:CMD protocol (harness/backend_exec.cpp, README).
 std::unique_ptr<Backend> make_exec_backend(const std::string& command, const BackendOptions& opt);

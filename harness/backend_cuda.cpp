@@ -4,10 +4,10 @@
 #include <chrono>
 
 #include "harness/backend.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 #ifdef DSA_HAVE_CUDA
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 #include "fused/run.hpp"
 #endif
 
@@ -30,7 +30,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // run_fused has no explicit path yet (it throws Unavailable): fuzz draws absorbed cases only.
   std::vector<Path> paths() const override { return {Path::absorbed}; }
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& injected = pc.injected;
     fused::FusedOptions opt;
     opt.comm = comm_;
     opt.attention_indices = injected;

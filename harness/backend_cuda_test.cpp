@@ -8,7 +8,7 @@
 #include "harness/backend.hpp"
 #include "harness/generate.hpp"
 #include "harness/run_case.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 
 namespace dsa {
@@ -27,10 +27,10 @@ Case make_case(std::vector<int64_t> seqlens, int64_t cp, Layout layout, Dims d, 
 }
 
 std::string failures(const CaseVerdict& v) {
-  std::string s = v.verdict + ": " + v.message;
+  std::string s = std::string(name(v.verdict)) + ": " + v.message;
   for (const auto& ch : v.checks)
     if (ch.failed())
-      s += "\n  " + ch.stage + "/" + ch.tensor + " " + ch.failure + " e_f=" + std::to_string(ch.e_f) +
+      s += "\n  " + std::string(name(ch.stage)) + "/" + ch.tensor + " " + name(ch.failure) + " e_f=" + std::to_string(ch.e_f) +
            " e_l=" + std::to_string(ch.e_l) + " " + ch.detail;
   return s;
 }
@@ -48,7 +48,7 @@ class CudaCases : public ::testing::Test {
   }
   void expect_pass(const Case& c) {
     const CaseVerdict v = run_case(c, *backend);
-    EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+    EXPECT_EQ(v.verdict, Verdict::pass) << describe(c) << "\n" << failures(v);
   }
   std::unique_ptr<Backend> backend;
 };
@@ -84,9 +84,9 @@ TEST_F(CudaCases, SmokeProfile) {
     const Case c = random_case("smoke", 42, i);
     const CaseVerdict v = run_case(c, *backend);
     if (c.problem.path == Path::explicit_)
-      EXPECT_EQ(v.verdict, "cannot-run") << "explicit path must be reported not run, never a pass";
+      EXPECT_EQ(v.verdict, Verdict::cannot_run) << "explicit path must be reported not run, never a pass";
     else
-      EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+      EXPECT_EQ(v.verdict, Verdict::pass) << describe(c) << "\n" << failures(v);
   }
 }
 
@@ -97,7 +97,7 @@ TEST_F(CudaCases, ImplementsTheAbsorbedPathOnly) {
     const Case c = random_case("smoke", 42, i, backend->paths());
     ASSERT_EQ(c.problem.path, Path::absorbed);
     const CaseVerdict v = run_case(c, *backend);
-    EXPECT_EQ(v.verdict, "pass") << describe(c) << "\n" << failures(v);
+    EXPECT_EQ(v.verdict, Verdict::pass) << describe(c) << "\n" << failures(v);
   }
 }
 

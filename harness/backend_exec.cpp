@@ -106,7 +106,9 @@ class ExecBackend final : public Backend {
 
   std::string name() const override { return "exec:" + command_; }
 
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& injected = pc.injected;
     TempFolder dir;
     exec::write_inputs(dir.path, c, in, injected);
     const std::string line = command_ + " " + shell_quote(dir.path);

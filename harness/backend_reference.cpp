@@ -11,16 +11,18 @@ namespace {
 
 class ReferenceBackend final : public Backend {
  public:
-  ReferenceBackend(std::string name, Precision precision, Plant plant)
-      : name_(std::move(name)), precision_(precision), plant_(plant) {}
+  ReferenceBackend(std::string name, Precision precision, Mutant mutant)
+      : name_(std::move(name)), precision_(precision), mutant_(mutant) {}
 
   std::string name() const override { return name_; }
 
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& injected = pc.injected;
     RunOptions opt;
     opt.precision = precision_;
     opt.attention_indices = injected;
-    opt.plant = plant_;
+    opt.mutant = mutant_;
     const auto t0 = std::chrono::steady_clock::now();
     BackendRun r;
     // The exact oracle runs globally; the low-precision one executes rank by rank like a fused
@@ -33,13 +35,13 @@ class ReferenceBackend final : public Backend {
  private:
   std::string name_;
   Precision precision_;
-  Plant plant_;
+  Mutant mutant_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision, Plant plant) {
-  return std::make_unique<ReferenceBackend>(name, precision, plant);
+std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision, Mutant mutant) {
+  return std::make_unique<ReferenceBackend>(name, precision, mutant);
 }
 
 }  // namespace dsa

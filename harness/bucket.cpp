@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <numeric>
 
-#include "reference/layout.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 
@@ -31,10 +31,10 @@ std::vector<std::string> feature_tags(const Case& c) {
 }
 
 std::string make_bucket(const std::string& backend, const std::string& stage, const std::string& tensor,
-                        const std::string& failure_class, const std::vector<std::string>& tags) {
+                        Failure failure, const std::vector<std::string>& tags) {
   std::string t;
   for (auto& s : tags) t += (t.empty() ? "" : "+") + s;
-  return backend + "/" + stage + "/" + tensor + "/" + failure_class + "/" + (t.empty() ? "plain" : t);
+  return backend + "/" + stage + "/" + tensor + "/" + name(failure) + "/" + (t.empty() ? "plain" : t);
 }
 
 std::string bucket_file_stem(const std::string& bucket) {

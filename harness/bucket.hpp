@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/verdict.hpp"
 #include "harness/case.hpp"
 
 namespace dsa {
@@ -17,7 +18,7 @@ std::vector<std::string> feature_tags(const Case& c);
 // "<backend>/<stage>/<tensor>/<class>/<tag+tag|plain>", e.g.
 // "mutant:kl_reversed/loss/kl/mismatch/cp+pad+ties". A crash or timeout has stage "run", tensor "-".
 std::string make_bucket(const std::string& backend, const std::string& stage, const std::string& tensor,
-                        const std::string& failure_class, const std::vector<std::string>& tags);
+                        Failure failure, const std::vector<std::string>& tags);
 
 // A file name for a bucket: characters outside [A-Za-z0-9._+-] become '_', '/' becomes '.',
 // long names are cut and given a hash suffix so they stay unique.

@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 
@@ -78,6 +78,12 @@ void opt(const json& obj, const char* key, const std::string& path, F&& set) {
 constexpr int64_t kMaxDim = 65536;
 constexpr int64_t kMaxCp = 1024;
 constexpr int64_t kMaxElements = int64_t{1} << 32;  // all input tensors together
+
+std::vector<std::string> stage_names(const std::vector<Stage>& stages) {
+  std::vector<std::string> v;
+  for (Stage s : stages) v.push_back(name(s));
+  return v;
+}
 
 }  // namespace
 
@@ -170,14 +176,14 @@ Case case_from_json(const json& j) {
     require(!v.empty(), path, "must list at least one stage");
     c.stages.clear();
     std::string allowed;
-    for (auto& s : all_stages()) allowed += (allowed.empty() ? "" : "|") + s;
+    for (Stage s : kStages) allowed += (allowed.empty() ? "" : "|") + std::string(name(s));
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string f = path + "[" + std::to_string(i) + "]";
       const std::string s = as_string(v[i], f);
-      require(std::find(all_stages().begin(), all_stages().end(), s) != all_stages().end(), f,
-              "unknown stage '" + s + "', must be one of " + allowed);
-      require(!c.checks(s), f, "stage '" + s + "' is listed twice");
-      c.stages.push_back(s);
+      const std::optional<Stage> st = parse_stage(s);
+      require(st.has_value(), f, "unknown stage '" + s + "', must be one of " + allowed);
+      require(!c.checks(*st), f, "stage '" + s + "' is listed twice");
+      c.stages.push_back(*st);
     }
   });
   opt(j, "note", "", [&](const json& v, const std::string& f) { c.note = as_string(v, f); });
@@ -214,6 +220,10 @@ Case load_case(const std::string& path) {
   return case_from_json(j);
 }
 
+bool Case::checks(Stage stage) const {
+  return std::find(stages.begin(), stages.end(), stage) != stages.end();
+}
+
 json to_json(const Case& c) {
   const Problem& p = c.problem;
   const Dims& d = p.dims;
@@ -239,7 +249,7 @@ json to_json(const Case& c) {
         {"huge_future_k_I", in.huge_future_k_I},
         {"poison_pad_keys", in.poison_pad_keys},
         {"inject_indices", in.inject_indices}}},
-      {"stages", c.stages},
+      {"stages", stage_names(c.stages)},
   };
   if (!c.note.empty()) j["note"] = c.note;
   return j;
@@ -277,7 +287,7 @@ std::string describe(const Case& c) {
   if (in.inject_indices) o << " inject";
   if (c.stages != all_stages()) {
     o << " stages=";
-    for (size_t i = 0; i < c.stages.size(); ++i) o << (i ? "," : "") << c.stages[i];
+    for (size_t i = 0; i < c.stages.size(); ++i) o << (i ? "," : "") << name(c.stages[i]);
   }
   o << ")";
   return o.str();

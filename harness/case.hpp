@@ -9,8 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/inputs.hpp"
-#include "reference/problem.hpp"
+#include "core/catalogue.hpp"
+#include "core/inputs.hpp"
+#include "core/problem.hpp"
 
 namespace dsa {
 
@@ -29,11 +30,7 @@ struct InitSpec {
 };
 
 // Stages whose outputs are checked (all by default).
-inline const std::vector<std::string>& all_stages() {
-  static const std::vector<std::string> s = {"indexer", "attention", "attention_backward", "loss",
-                                             "loss_backward"};
-  return s;
-}
+inline std::vector<Stage> all_stages() { return {std::begin(kStages), std::end(kStages)}; }
 
 // Both MLA paths (SPEC.md §5), in the order reports list them.
 inline const std::vector<Path>& all_paths() {
@@ -45,10 +42,10 @@ struct Case {
   uint64_t seed = 0;
   Problem problem;
   InitSpec init;
-  std::vector<std::string> stages = all_stages();
+  std::vector<Stage> stages = all_stages();
   std::string note;  // free text: where the case came from (edge trap, shrink, generator)
 
-  bool checks(const std::string& stage) const;
+  bool checks(Stage stage) const;
 };
 
 // Parse and validate; every error is InvalidInput naming the field (JSON path) and the rule.

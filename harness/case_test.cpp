@@ -8,7 +8,7 @@
 #include "harness/case.hpp"
 #include "harness/schema_testing.hpp"
 #include "harness/generate.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 namespace {
@@ -94,7 +94,7 @@ TEST(Case, JsonRoundTripIsExact) {
   Case c = load_case(kData + "valid_full.json");
   c.problem.softmax_scale = 1.0 / std::sqrt(7.0);  // needs all 17 digits
   c.seed = 0xFFFFFFFFFFFFFFFFull;
-  c.stages = {"attention", "loss"};
+  c.stages = {Stage::attention, Stage::loss};
   const auto path = std::filesystem::temp_directory_path() / "dsa_case_roundtrip.json";
   save_case(c, path.string());
   Case back = load_case(path.string());
@@ -102,8 +102,8 @@ TEST(Case, JsonRoundTripIsExact) {
   EXPECT_EQ(to_json(back), to_json(c));
   EXPECT_EQ(back.problem.softmax_scale, c.problem.softmax_scale);
   EXPECT_EQ(back.seed, c.seed);
-  EXPECT_TRUE(back.checks("loss"));
-  EXPECT_FALSE(back.checks("indexer"));
+  EXPECT_TRUE(back.checks(Stage::loss));
+  EXPECT_FALSE(back.checks(Stage::indexer));
 }
 
 TEST(Case, DescribeIsOneLineWithTheFeatures) {

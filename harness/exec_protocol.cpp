@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa::exec {
 

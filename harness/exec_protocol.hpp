@@ -14,7 +14,7 @@
 
 #include "harness/case.hpp"
 #include "harness/safetensors.hpp"
-#include "reference/result.hpp"
+#include "core/result.hpp"
 
 namespace dsa::exec {
 

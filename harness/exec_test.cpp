@@ -9,8 +9,9 @@
 #include "harness/backend.hpp"
 #include "harness/exec_protocol.hpp"
 #include "harness/generate.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "harness/run_case.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 namespace {
@@ -89,7 +90,7 @@ void expect_failure(const std::string& cmd, const std::string& phrase, double ti
   opt.exec_timeout_s = timeout_s;
   auto b = make_backend("exec:" + cmd, opt);
   try {
-    b->run(c, generate_inputs(c), injected_indices(c));
+    b->run(c, prepare_case(c));
     ADD_FAILURE() << cmd << " did not fail";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
@@ -114,7 +115,7 @@ TEST(ExecBackend, ReadsWhateverOutputsTheCommandWrites) {
   st::write_file(file, f);
   auto b = make_backend("exec:" + copy_command(file));
   EXPECT_EQ(b->name(), "exec:" + copy_command(file));
-  const BackendRun r = b->run(c, generate_inputs(c), injected_indices(c));
+  const BackendRun r = b->run(c, prepare_case(c));
   EXPECT_EQ(r.result.O.data, O.data);
   EXPECT_EQ(r.result.lse.data, lse.data);
   EXPECT_EQ(r.result.topk.data, topk.data);
@@ -172,10 +173,10 @@ TEST(MakeBackend, ReferenceIsExactAndLowpAndMutantsDiffer) {
   c.problem.loss = LossMode::sparse;
   c.problem.pad_rows = PadRows::attend;
   c.init = InitSpec{};
-  const Inputs in = generate_inputs(c);
-  const Result ex = make_backend("reference")->run(c, in, std::nullopt).result;
-  const Result lo = make_backend("lowp")->run(c, in, std::nullopt).result;
-  const Result mu = make_backend("mutant:kl_reversed")->run(c, in, std::nullopt).result;
+  const PreparedCase pc = prepare_case(c);
+  const Result ex = make_backend("reference")->run(c, pc).result;
+  const Result lo = make_backend("lowp")->run(c, pc).result;
+  const Result mu = make_backend("mutant:kl_reversed")->run(c, pc).result;
   ASSERT_FALSE(ex.O.empty());
   EXPECT_NE(ex.O.data, lo.O.data);              // bf16 policy rounds
   EXPECT_EQ(lo.O.data, mu.O.data);              // the KL bug leaves the attention alone

@@ -13,8 +13,8 @@
 #include "harness/report.hpp"
 #include "harness/run_case.hpp"
 #include "harness/shrink.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 
@@ -216,7 +216,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
       r.v = run_case(c, backend);
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
-      r.v.verdict = "cannot-run";  // a generator bug: reported, never a pass
+      r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass
       r.v.message = std::string("the generated case is invalid: ") + e.what();
     }
     if (r.v.failed()) {
@@ -232,19 +232,19 @@ int run_session(const SessionOptions& o, Backend& backend) {
                   origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro.c_str());
       // One shrink per failure (stage, tensor, class): the feature tags vary from case to case but
       // shrinking drops them anyway.
-      if (o.shrink && shrunk_keys.insert(r.v.stage + "/" + r.v.tensor + "/" + r.v.failure).second) {
+      if (o.shrink && shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
         r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, r.case_file);
         std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
                     r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
       }
       std::fflush(stdout);
-    } else if (r.v.verdict != "pass") {
+    } else if (r.v.verdict != Verdict::pass) {
       progress.finish();
-      std::printf("%s: case %lld (%s): %s\n  %s\n", r.v.verdict.c_str(), (long long)r.index, origin.c_str(),
+      std::printf("%s: case %lld (%s): %s\n  %s\n", name(r.v.verdict), (long long)r.index, origin.c_str(),
                   describe(c).c_str(), r.v.message.c_str());
     }
-    if (o.verbose) std::printf("%s %s\n%s", r.v.verdict.c_str(), describe(c).c_str(), checks_table(r.v).c_str());
+    if (o.verbose) std::printf("%s %s\n%s", name(r.v.verdict), describe(c).c_str(), checks_table(r.v).c_str());
     records.push_back(std::move(r));
     progress.update(static_cast<int64_t>(records.size()), failures);
   };
@@ -264,7 +264,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   progress.finish();
 
   int64_t unrun = 0;
-  for (auto& r : records) unrun += r.v.verdict == "not-run" || r.v.verdict == "cannot-run";
+  for (auto& r : records) unrun += r.v.verdict == Verdict::not_run || r.v.verdict == Verdict::cannot_run;
   ctx.exit_code = failures ? 1 : unrun ? 3 : 0;
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(records, ctx.seconds).c_str());
@@ -291,12 +291,12 @@ int run_shrink(const std::string& file, const std::string& backend_spec, const B
   } catch (const InvalidInput& e) {
     throw InvalidInput(file + ": " + e.field, e.rule);
   }
-  if (v.verdict == "pass") {
+  if (v.verdict == Verdict::pass) {
     std::printf("%s passes on %s: nothing to shrink\n", file.c_str(), backend->name().c_str());
     return 0;
   }
   if (!v.failed()) {
-    std::printf("%s: %s on %s: %s\n", file.c_str(), v.verdict.c_str(), backend->name().c_str(), v.message.c_str());
+    std::printf("%s: %s on %s: %s\n", file.c_str(), name(v.verdict), backend->name().c_str(), v.message.c_str());
     return 3;
   }
   std::printf("FAIL %s\n  %s\n  %s\n", v.bucket.c_str(), describe(c).c_str(), v.message.c_str());

@@ -6,8 +6,9 @@
 #include <climits>
 #include <cmath>
 
+#include "core/bf16.hpp"
 #include "harness/philox.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "harness/case.hpp"
-#include "reference/layout.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 

@@ -8,8 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "harness/generate.hpp"
+#include "core/bf16.hpp"
 #include "harness/philox.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 namespace {

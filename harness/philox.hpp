@@ -1,6 +1,6 @@
-// Counter-based random numbers: Philox4x32-10 (Salmon et al., SC'11) and the bf16 rounding the
-// generator applies. Pure integer arithmetic plus one Box-Muller step, so every value is a pure
-// function of (key, counter) on every platform and build.
+// Counter-based random numbers: Philox4x32-10 (Salmon et al., SC'11). Pure integer arithmetic
+// plus one Box-Muller step, so every value is a pure function of (key, counter) on every
+// platform and build. The generator rounds these once to bf16 (core/bf16.hpp).
 #pragma once
 
 #include <array>
@@ -69,21 +69,3 @@ struct Stream {
 };
 
 }  // namespace dsa::philox
-
-namespace dsa {
-
-// Round a double once to the nearest bf16 value (ties to even), by bit manipulation on the
-// double itself (no double rounding through float). Returns the bf16 value held in a double.
-inline double round_bf16(double x) {
-  if (!std::isfinite(x) || x == 0) return x;
-  if (std::fabs(x) < 0x1p-126)  // bf16 subnormals: a multiple of 2^-133, exact scalings
-    return std::nearbyint(x * 0x1p133) * 0x1p-133;
-  uint64_t b = std::bit_cast<uint64_t>(x);
-  const uint64_t lsb = (b >> 45) & 1;  // 52 - 7 dropped mantissa bits
-  b += ((uint64_t{1} << 44) - 1) + lsb;
-  b &= ~((uint64_t{1} << 45) - 1);
-  const double r = std::bit_cast<double>(b);
-  return std::fabs(r) > 0x1.FEp127 ? std::copysign(INFINITY, x) : r;
-}
-
-}  // namespace dsa

@@ -15,10 +15,10 @@
 #include <stdexcept>
 
 #include "harness/backend.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 #ifdef DSA_HAVE_CUDA
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 #endif
 
 namespace dsa {
@@ -112,10 +112,10 @@ json environment_json() {
 }
 
 json check_json(const TensorCheck& t) {
-  json j = {{"stage", t.stage},
+  json j = {{"stage", name(t.stage)},
             {"tensor", t.tensor},
-            {"status", t.status},
-            {"class", t.failure.empty() ? json(nullptr) : json(t.failure)},
+            {"status", name(t.status)},
+            {"class", t.failure == Failure::none ? json(nullptr) : json(name(t.failure))},
             {"detail", t.detail},
             {"alpha", t.alpha},
             {"floor", num(t.floor)},
@@ -145,13 +145,13 @@ json record_json(const CaseRecord& r) {
   json tensors = json::array(), not_checked = json::array();
   for (auto& t : v.checks) {
     tensors.push_back(check_json(t));
-    if (t.status == "not-checked") not_checked.push_back(t.tensor);
+    if (t.status == CheckStatus::not_checked) not_checked.push_back(t.tensor);
   }
   json j = {{"index", r.index},
             {"origin", r.origin},
             {"description", describe(r.c)},
             {"case", to_json(r.c)},
-            {"verdict", v.verdict},
+            {"verdict", name(v.verdict)},
             {"bucket", v.bucket.empty() ? json(nullptr) : json(v.bucket)},
             {"message", v.message},
             {"tensors", tensors},
@@ -159,7 +159,7 @@ json record_json(const CaseRecord& r) {
             {"timings", {{"backend_s", v.backend_s}, {"oracle_s", v.oracle_s}, {"compare_s", v.compare_s}}},
             {"repro", r.repro.empty() ? json(nullptr) : json(r.repro)},
             {"case_file", r.case_file.empty() ? json(nullptr) : json(r.case_file)}};
-  j["failure"] = v.failed() ? json{{"stage", v.stage}, {"tensor", v.tensor}, {"class", v.failure}} : json(nullptr);
+  j["failure"] = v.failed() ? json{{"stage", v.stage_name()}, {"tensor", v.tensor}, {"class", name(v.failure)}} : json(nullptr);
   if (r.shrunk) {
     const ShrinkRecord& s = *r.shrunk;
     j["shrunk"] = {{"case", to_json(s.shrunk)}, {"description", describe(s.shrunk)}, {"bucket", s.bucket},
@@ -190,14 +190,14 @@ json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) 
   std::vector<std::string> order;
   for (auto& r : records) {
     cases.push_back(record_json(r));
-    ++verdicts[r.v.verdict];
+    ++verdicts[name(r.v.verdict)];
     if (!r.v.failed()) continue;
     auto it = buckets.find(r.v.bucket);
     if (it == buckets.end()) {
       order.push_back(r.v.bucket);
       buckets[r.v.bucket] = {{"bucket", r.v.bucket}, {"count", 0},         {"first_case", r.index},
-                             {"repro", r.repro},     {"stage", r.v.stage}, {"tensor", r.v.tensor},
-                             {"class", r.v.failure}, {"shrunk_file", nullptr}};
+                             {"repro", r.repro},     {"stage", r.v.stage_name()}, {"tensor", r.v.tensor},
+                             {"class", name(r.v.failure)}, {"shrunk_file", nullptr}};
     }
     json& b = buckets[r.v.bucket];
     b["count"] = b["count"].get<int64_t>() + 1;
@@ -220,7 +220,7 @@ std::string junit_xml(const RunContext& ctx, const std::vector<CaseRecord>& reco
   double total = 0;
   for (auto& r : records) {
     failures += r.v.failed();
-    skipped += r.v.verdict == "not-run" || r.v.verdict == "cannot-run";
+    skipped += r.v.verdict == Verdict::not_run || r.v.verdict == Verdict::cannot_run;
     total += r.v.backend_s + r.v.oracle_s + r.v.compare_s;
   }
   std::ostringstream o;
@@ -234,16 +234,16 @@ std::string junit_xml(const RunContext& ctx, const std::vector<CaseRecord>& reco
     const CaseVerdict& v = r.v;
     o << "    <testcase classname=\"dsa-parity." << xml_escape(ctx.backend) << "\" name=\"" << r.index << " "
       << xml_escape(describe(r.c)) << "\" time=\"" << (v.backend_s + v.oracle_s + v.compare_s) << "\"";
-    if (v.verdict == "pass") {
+    if (v.verdict == Verdict::pass) {
       o << "/>\n";
       continue;
     }
     o << ">\n";
     if (v.failed())
-      o << "      <failure type=\"" << xml_escape(v.failure) << "\" message=\"" << xml_escape(v.bucket) << "\">"
+      o << "      <failure type=\"" << xml_escape(name(v.failure)) << "\" message=\"" << xml_escape(v.bucket) << "\">"
         << xml_escape(v.message + "\nrepro: " + r.repro) << "</failure>\n";
     else
-      o << "      <skipped message=\"" << xml_escape(v.verdict + ": " + v.message) << "\"/>\n";
+      o << "      <skipped message=\"" << xml_escape(std::string(name(v.verdict)) + ": " + v.message) << "\"/>\n";
     o << "    </testcase>\n";
   }
   o << "  </testsuite>\n</testsuites>\n";
@@ -258,7 +258,7 @@ std::string summary_table(const std::vector<CaseRecord>& records, double seconds
   std::map<std::string, Row> rows;
   std::map<std::string, int64_t> verdicts;
   for (auto& r : records) {
-    ++verdicts[r.v.verdict];
+    ++verdicts[name(r.v.verdict)];
     if (!r.v.failed()) continue;
     Row& row = rows[r.v.bucket];
     if (row.count++ == 0) {
@@ -306,10 +306,10 @@ std::string checks_table(const CaseVerdict& v) {
               std::to_string(w.position) + " " + std::to_string(w.head) + " " + std::to_string(w.dim);
     }
     std::snprintf(line, sizeof line, "%-19s %-8s %-12s %-19s %10.3g %10.3g %9.3g %10.3g %9.6f %10.3g  %s\n",
-                  t.stage.c_str(), t.tensor.c_str(), t.status.c_str(), t.failure.empty() ? "-" : t.failure.c_str(),
+                  name(t.stage), t.tensor.c_str(), name(t.status), t.failure == Failure::none ? "-" : name(t.failure),
                   t.e_f, t.e_l, t.ratio, t.max_rel, t.cosine, t.rmse, where.c_str());
     o << line;
-    if (t.status != "pass" && !t.detail.empty()) o << "    " << t.detail << "\n";
+    if (t.status != CheckStatus::pass && !t.detail.empty()) o << "    " << t.detail << "\n";
   }
   return o.str();
 }

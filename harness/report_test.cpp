@@ -12,7 +12,7 @@
 #include "harness/bucket.hpp"
 #include "harness/fuzz.hpp"
 #include "harness/schema_testing.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 namespace {
@@ -45,11 +45,11 @@ std::vector<CaseRecord> sample_records() {
   rs[1] = rs[0];
   rs[1].index = 1;
   rs[1].v.checks = {compare_tensor("lse", fused, exact, exact, L)};  // e_l = 0: ratio is infinite
-  rs[1].v.verdict = "fail";
-  rs[1].v.stage = "attention";
+  rs[1].v.verdict = Verdict::fail;
+  rs[1].v.stage = Stage::attention;
   rs[1].v.tensor = "lse";
-  rs[1].v.failure = kMismatch;
-  rs[1].v.bucket = make_bucket("lowp", "attention", "lse", kMismatch, feature_tags(rs[1].c));
+  rs[1].v.failure = Failure::mismatch;
+  rs[1].v.bucket = make_bucket("lowp", "attention", "lse", Failure::mismatch, feature_tags(rs[1].c));
   rs[1].v.message = "lse: <worse> & \"quoted\"";
   rs[1].case_file = "out/case 1.json";
   rs[1].repro = repro_command(rs[1].case_file, "lowp");
@@ -69,7 +69,7 @@ std::vector<CaseRecord> sample_records() {
   rs[3].index = 3;
   rs[3].origin = "cases/edge/x.json";
   rs[3].c = small_case();
-  rs[3].v.verdict = "not-run";
+  rs[3].v.verdict = Verdict::not_run;
   rs[3].v.message = "the backend produced none of the checked tensors";
   return rs;
 }
@@ -157,11 +157,11 @@ TEST(Bucket, TagsAndStableFileNames) {
   c.problem.seqlens = {8, 8};
   c.init.score_ties = false;
   EXPECT_EQ(feature_tags(c), (std::vector<std::string>{"cp", "contiguous"}));  // Tp = 16: no pad
-  const std::string b = make_bucket("exec:./k --x", "loss", "kl", kMismatch, {});
+  const std::string b = make_bucket("exec:./k --x", "loss", "kl", Failure::mismatch, {});
   EXPECT_EQ(b, "exec:./k --x/loss/kl/mismatch/plain");
   EXPECT_EQ(bucket_file_stem(b), "exec_..k_--x.loss.kl.mismatch.plain");
-  const std::string long_a = make_bucket(std::string(200, 'a') + "1", "loss", "kl", kMismatch, {});
-  const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", kMismatch, {});
+  const std::string long_a = make_bucket(std::string(200, 'a') + "1", "loss", "kl", Failure::mismatch, {});
+  const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", Failure::mismatch, {});
   EXPECT_LE(bucket_file_stem(long_a).size(), 120u);
   EXPECT_NE(bucket_file_stem(long_a), bucket_file_stem(long_b));
 }
@@ -195,9 +195,11 @@ class AbsorbedOnlyBackend final : public Backend {
  public:
   std::string name() const override { return "test:absorbed-only"; }
   std::vector<Path> paths() const override { return {Path::absorbed}; }
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& injected = pc.injected;
     if (c.problem.path == Path::explicit_) throw Unavailable("implements the absorbed path only");
-    return lowp_->run(c, in, injected);
+    return lowp_->run(c, pc);
   }
 
  private:

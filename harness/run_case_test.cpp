@@ -7,7 +7,7 @@
 
 #include "harness/generate.hpp"
 #include "reference/core.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 namespace {
@@ -18,7 +18,9 @@ class FnBackend : public Backend {
   using Fn = std::function<Result(const Case&, const Inputs&, const std::optional<TensorI>&)>;
   explicit FnBackend(Fn f) : f_(std::move(f)) {}
   std::string name() const override { return "test:fn"; }
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& inj) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& inj = pc.injected;
     BackendRun r;
     r.result = f_(c, in, inj);
     return r;
@@ -66,9 +68,9 @@ Flip find_tie(const Result& r, int64_t width) {
 TEST(RunCase, ExactBackendPassesEveryTensor) {
   FnBackend b(exact_run);
   CaseVerdict v = run_case(ties_case(), b);
-  EXPECT_EQ(v.verdict, "pass") << v.message;
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
   EXPECT_GE(v.checks.size(), 15u);  // topk and the 14 float outputs (scores when produced)
-  for (auto& ch : v.checks) EXPECT_EQ(ch.status, "pass") << ch.tensor;
+  for (auto& ch : v.checks) EXPECT_EQ(ch.status, CheckStatus::pass) << ch.tensor;
 }
 
 TEST(RunCase, LegalTieFlipIsNotAnAttentionMismatch) {
@@ -89,7 +91,7 @@ TEST(RunCase, LegalTieFlipIsNotAnAttentionMismatch) {
   const Result flipped_run = exact_run(c, in, flipped);
   ASSERT_NE(flipped_run.O.at(f.g, 0, 0), canonical.O.at(f.g, 0, 0)) << "the flip must change the attention";
   CaseVerdict v = run_case(c, b);
-  EXPECT_EQ(v.verdict, "pass") << v.message;
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
   // The exact oracle was recomputed on the backend's keys: the (exact) backend matches it exactly,
   // rather than merely within a tolerance that the flip also inflated.
   for (auto& ch : v.checks)
@@ -106,12 +108,12 @@ TEST(RunCase, NonEquivalentTopkIsCaughtAndLocated) {
   CaseVerdict v = run_case(c, b);
   ASSERT_TRUE(v.failed());
   EXPECT_EQ(v.tensor, "topk");
-  EXPECT_EQ(v.failure, kTopkNotEquivalent);
+  EXPECT_EQ(v.failure, Failure::topk_not_equivalent);
   EXPECT_NE(v.message.find("row 5"), std::string::npos) << v.message;
   EXPECT_EQ(v.bucket, "test:fn/indexer/topk/topk-not-equivalent/ties");
   // The attention was computed on the exact keys, so it is not blamed for the indexer's bug.
   for (auto& ch : v.checks)
-    if (ch.stage == "attention") { EXPECT_EQ(ch.status, "pass") << ch.tensor; }
+    if (ch.stage == Stage::attention) { EXPECT_EQ(ch.status, CheckStatus::pass) << ch.tensor; }
 }
 
 TEST(RunCase, InjectedIndicesReachBothOracles) {
@@ -119,25 +121,25 @@ TEST(RunCase, InjectedIndicesReachBothOracles) {
   c.init.inject_indices = true;
   FnBackend b(exact_run);  // attends over the injected indices, as it must
   CaseVerdict v = run_case(c, b);
-  EXPECT_EQ(v.verdict, "pass") << v.message;
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
   FnBackend ignores([](const Case& cc, const Inputs& ii, const std::optional<TensorI>&) {
     return exact_run(cc, ii, std::nullopt);  // its own top-k instead of the injected indices
   });
   CaseVerdict w = run_case(c, ignores);
   EXPECT_TRUE(w.failed());
-  EXPECT_EQ(w.stage, "attention");
+  EXPECT_EQ(w.stage, Stage::attention);
 }
 
 TEST(RunCase, OnlyTheListedStagesAreChecked) {
   Case c = ties_case();
-  c.stages = {"loss"};
+  c.stages = {Stage::loss};
   FnBackend b([](const Case& cc, const Inputs& ii, const std::optional<TensorI>& inj) {
     Result r = exact_run(cc, ii, inj);
     r.O.data[0] += 1;  // wrong, but the attention is not checked
     return r;
   });
   CaseVerdict v = run_case(c, b);
-  EXPECT_EQ(v.verdict, "pass") << v.message;
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
   ASSERT_EQ(v.checks.size(), 2u);
   EXPECT_EQ(v.checks[0].tensor, "kl");
   EXPECT_EQ(v.checks[1].tensor, "loss");
@@ -146,9 +148,9 @@ TEST(RunCase, OnlyTheListedStagesAreChecked) {
 TEST(RunCase, NothingProducedIsNotRunNeverAPass) {
   FnBackend b([](const Case&, const Inputs&, const std::optional<TensorI>&) { return Result{}; });
   CaseVerdict v = run_case(ties_case(), b);
-  EXPECT_EQ(v.verdict, "not-run");
+  EXPECT_EQ(v.verdict, Verdict::not_run);
   EXPECT_FALSE(v.failed());
-  for (auto& ch : v.checks) EXPECT_EQ(ch.status, "not-checked");
+  for (auto& ch : v.checks) EXPECT_EQ(ch.status, CheckStatus::not_checked);
 }
 
 TEST(RunCase, ExceptionsAreCrashesAndUnavailableCannotRun) {
@@ -156,16 +158,16 @@ TEST(RunCase, ExceptionsAreCrashesAndUnavailableCannotRun) {
     throw std::runtime_error("illegal memory access");
   });
   CaseVerdict v = run_case(ties_case(), crash);
-  EXPECT_EQ(v.failure, kCrash);
+  EXPECT_EQ(v.failure, Failure::crash);
   EXPECT_EQ(v.message, "illegal memory access");
   FnBackend slow([](const Case&, const Inputs&, const std::optional<TensorI>&) -> Result {
     throw std::runtime_error("exec: timed out after 5 s");
   });
-  EXPECT_EQ(run_case(ties_case(), slow).failure, kTimeout);
+  EXPECT_EQ(run_case(ties_case(), slow).failure, Failure::timeout);
   FnBackend absent([](const Case&, const Inputs&, const std::optional<TensorI>&) -> Result {
     throw Unavailable("no device");
   });
-  EXPECT_EQ(run_case(ties_case(), absent).verdict, "cannot-run");
+  EXPECT_EQ(run_case(ties_case(), absent).verdict, Verdict::cannot_run);
 }
 
 }  // namespace

@@ -9,8 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bf16.hpp"
 #include "harness/philox.hpp"
-#include "reference/result.hpp"
+#include "core/result.hpp"
 
 namespace dsa::st {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace dsa::st {
 

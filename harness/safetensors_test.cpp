@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/safetensors.hpp"
-#include "reference/result.hpp"
+#include "core/result.hpp"
 
 namespace dsa::st {
 namespace {

@@ -10,7 +10,7 @@
 #include <valijson/validator.hpp>
 #endif
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "harness/bucket.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 
@@ -64,7 +64,7 @@ int64_t case_weight(const Case& c) {
   return tp * per_row + p.topk + p.cp.size + static_cast<int64_t>(p.seqlens.size());
 }
 
-std::vector<Case> shrink_candidates(const Case& c, const std::string& failing_stage) {
+std::vector<Case> shrink_candidates(const Case& c, std::optional<Stage> failing_stage) {
   std::vector<Case> out;
   auto add = [&](Case x) {
     if (valid(x) && complexity(x) < complexity(c)) out.push_back(std::move(x));
@@ -72,9 +72,9 @@ std::vector<Case> shrink_candidates(const Case& c, const std::string& failing_st
   const Problem& p = c.problem;
 
   // Check only the failing stage.
-  if (c.stages.size() > 1 && c.checks(failing_stage)) {
+  if (c.stages.size() > 1 && failing_stage && c.checks(*failing_stage)) {
     Case x = c;
-    x.stages = {failing_stage};
+    x.stages = {*failing_stage};
     add(x);
   }
   // Fewer sequences: keep one, then drop one.
@@ -140,7 +140,7 @@ std::vector<Case> shrink_candidates(const Case& c, const std::string& failing_st
     x.init.distribution = "normal";
     add(x);
   }
-  if (p.loss != LossMode::off && failing_stage != "loss" && failing_stage != "loss_backward") {
+  if (p.loss != LossMode::off && failing_stage != Stage::loss && failing_stage != Stage::loss_backward) {
     Case x = c;
     x.problem.loss = LossMode::off;
     add(x);
@@ -182,7 +182,7 @@ ShrinkResult shrink_case(const Case& c, const CaseVerdict& v, Backend& b, const 
   bool progress = v.failed();
   while (progress) {
     progress = false;
-    for (Case& x : shrink_candidates(r.shrunk, key.stage == "run" ? "" : key.stage)) {
+    for (Case& x : shrink_candidates(r.shrunk, key.stage)) {
       if (r.runs >= opt.max_runs || elapsed() > opt.time_budget_s) break;
       ++r.runs;
       CaseVerdict xv;
@@ -191,7 +191,7 @@ ShrinkResult shrink_case(const Case& c, const CaseVerdict& v, Backend& b, const 
       } catch (const InvalidInput&) {
         continue;  // the generator refuses this combination: not a simplification
       }
-      if (!xv.has_failure(key.stage, key.tensor, key.failure)) continue;
+      if (!xv.has_failure(key.stage ? name(*key.stage) : "run", key.tensor, key.failure)) continue;
       r.shrunk = std::move(x);
       r.verdict = std::move(xv);
       ++r.accepted;
@@ -202,12 +202,12 @@ ShrinkResult shrink_case(const Case& c, const CaseVerdict& v, Backend& b, const 
   // Report the bucket the shrunk case keeps: make the original failure its primary one.
   if (r.accepted && (r.verdict.stage != key.stage || r.verdict.tensor != key.tensor || r.verdict.failure != key.failure)) {
     for (auto& ch : r.verdict.checks)
-      if (ch.failed() && ch.stage == key.stage && ch.tensor == key.tensor && ch.failure == key.failure) {
+      if (ch.failed() && key.stage && ch.stage == *key.stage && ch.tensor == key.tensor && ch.failure == key.failure) {
         r.verdict.stage = key.stage;
         r.verdict.tensor = key.tensor;
         r.verdict.failure = key.failure;
         r.verdict.message = ch.tensor + ": " + ch.detail;
-        r.verdict.bucket = make_bucket(b.name(), key.stage, key.tensor, key.failure, feature_tags(r.shrunk));
+        r.verdict.bucket = make_bucket(b.name(), name(*key.stage), key.tensor, key.failure, feature_tags(r.shrunk));
         break;
       }
   }

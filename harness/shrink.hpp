@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,16 @@ struct ShrinkResult {
 // What must keep failing: the (stage, tensor, class) of the bucket. The feature tags are recomputed
 // on the shrunk case (dropping cp or ties is a simplification, not a different bug).
 struct FailureKey {
-  std::string stage, tensor, failure;
+  std::optional<Stage> stage;  // empty: a failure of the run itself (crash, timeout)
+  std::string tensor;
+  Failure failure = Failure::none;
 };
 
 // Simplifications of c, biggest first: only the failing stage checked, fewer sequences, smaller cp,
 // shorter sequences, fewer heads, smaller dims and K, adversarial features off, loss and path and
 // pad policy back to their simplest. Each is a valid case and strictly smaller by case_weight, or
 // equal in weight but with fewer features.
-std::vector<Case> shrink_candidates(const Case& c, const std::string& failing_stage);
+std::vector<Case> shrink_candidates(const Case& c, std::optional<Stage> failing_stage);
 
 // A size measure: padded rows times the per-row work of the dims, plus K.
 int64_t case_weight(const Case& c);

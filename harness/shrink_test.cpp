@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "reference/core.hpp"
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 namespace {
@@ -18,7 +18,9 @@ class BuggyBackend : public Backend {
  public:
   int runs = 0;
   std::string name() const override { return "test:buggy"; }
-  BackendRun run(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) override {
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    const Inputs& in = pc.inputs;
+    const std::optional<TensorI>& injected = pc.injected;
     ++runs;
     RunOptions o;
     o.attention_indices = injected;
@@ -36,7 +38,7 @@ class BuggyBackend : public Backend {
 class CrashingBackend : public Backend {
  public:
   std::string name() const override { return "test:crash"; }
-  BackendRun run(const Case& c, const Inputs&, const std::optional<TensorI>&) override {
+  BackendRun run(const Case& c, const PreparedCase&) override {
     if (c.problem.dims.C >= 4) throw std::runtime_error("kernel launch failed: C too large");
     return {};
   }
@@ -61,7 +63,7 @@ Case big_case() {
 
 TEST(Shrink, CandidatesAreValidAndSimpler) {
   const Case c = big_case();
-  const auto cands = shrink_candidates(c, "attention");
+  const auto cands = shrink_candidates(c, Stage::attention);
   ASSERT_FALSE(cands.empty());
   bool one_stage = false, cp1 = false, no_inject = false, no_masked = false, h1 = false;
   for (const Case& x : cands) {
@@ -69,7 +71,7 @@ TEST(Shrink, CandidatesAreValidAndSimpler) {
     EXPECT_NO_THROW(make_layout(x.problem.seqlens, x.problem.cp, x.problem.pad_rows));
     EXPECT_LE(case_weight(x), case_weight(c));
     EXPECT_FALSE(!x.problem.seqlens.empty() && x.init.poison_pad_keys && x.problem.pad_rows != PadRows::masked);
-    one_stage |= x.stages == std::vector<std::string>{"attention"};
+    one_stage |= x.stages == std::vector<Stage>{Stage::attention};
     cp1 |= x.problem.cp.size == 1;
     no_inject |= !x.init.inject_indices;
     no_masked |= x.problem.pad_rows == PadRows::attend;
@@ -77,7 +79,7 @@ TEST(Shrink, CandidatesAreValidAndSimpler) {
   }
   EXPECT_TRUE(one_stage && cp1 && no_inject && no_masked && h1);
   // A failure in the loss never drops the loss.
-  for (const Case& x : shrink_candidates(c, "loss")) EXPECT_NE(x.problem.loss, LossMode::off);
+  for (const Case& x : shrink_candidates(c, Stage::loss)) EXPECT_NE(x.problem.loss, LossMode::off);
 }
 
 TEST(Shrink, ReducesToTheSmallestFailingCaseAndKeepsTheFailure) {
@@ -88,18 +90,18 @@ TEST(Shrink, ReducesToTheSmallestFailingCaseAndKeepsTheFailure) {
   ASSERT_TRUE(v.failed()) << v.message;
   ASSERT_EQ(v.tensor, "O");
   ShrinkResult s = shrink_case(c, v, b, {30, 400});
-  EXPECT_TRUE(s.verdict.has_failure("attention", "O", kMismatch));
+  EXPECT_TRUE(s.verdict.has_failure("attention", "O", Failure::mismatch));
   EXPECT_EQ(s.shrunk.problem.seqlens, (std::vector<int64_t>{3}));
   EXPECT_EQ(s.shrunk.problem.dims.H, 2);
   EXPECT_EQ(s.shrunk.problem.cp.size, 1);
-  EXPECT_EQ(s.shrunk.stages, std::vector<std::string>{"attention"});
+  EXPECT_EQ(s.shrunk.stages, std::vector<Stage>{Stage::attention});
   EXPECT_FALSE(s.shrunk.init.score_ties || s.shrunk.init.zero_rows || s.shrunk.init.poison_pad_keys);
   EXPECT_EQ(s.shrunk.problem.dims.C, 1);
   EXPECT_EQ(s.shrunk.problem.topk, 1);
   EXPECT_GT(s.accepted, 5);
   EXPECT_EQ(s.runs, b.runs - 1);
   // The shrunk case fails on its own.
-  EXPECT_TRUE(run_case(s.shrunk, b).has_failure("attention", "O", kMismatch));
+  EXPECT_TRUE(run_case(s.shrunk, b).has_failure("attention", "O", Failure::mismatch));
 }
 
 TEST(Shrink, IsBoundedByItsRunBudget) {
@@ -115,12 +117,12 @@ TEST(Shrink, KeepsACrashACrash) {
   CrashingBackend b;
   Case c = big_case();
   CaseVerdict v = run_case(c, b);
-  ASSERT_EQ(v.failure, kCrash);
+  ASSERT_EQ(v.failure, Failure::crash);
   EXPECT_EQ(v.bucket.rfind("test:crash/run/-/crash/", 0), 0u) << v.bucket;
   ShrinkResult s = shrink_case(c, v, b, {30, 400});
   EXPECT_EQ(s.shrunk.problem.dims.C, 4);  // C = 2 would stop the crash
   EXPECT_EQ(s.shrunk.problem.seqlens.size(), 1u);
-  EXPECT_EQ(s.verdict.failure, kCrash);
+  EXPECT_EQ(s.verdict.failure, Failure::crash);
 }
 
 TEST(Shrink, PassingCaseIsReturnedUnchanged) {
@@ -129,7 +131,7 @@ TEST(Shrink, PassingCaseIsReturnedUnchanged) {
   c.problem.dims.H = 1;  // the bug needs two heads
   c.init.inject_indices = false;
   CaseVerdict v = run_case(c, b);
-  ASSERT_EQ(v.verdict, "pass") << v.message;
+  ASSERT_EQ(v.verdict, Verdict::pass) << v.message;
   ShrinkResult s = shrink_case(c, v, b);
   EXPECT_EQ(s.runs, 0);
   EXPECT_EQ(s.shrunk.problem.seqlens, c.problem.seqlens);

@@ -104,7 +104,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
   std::vector<char> used(Tp_, 0);
   for (auto& keys : S_)
     for (int64_t t : keys) used[t] = 1;
-  const R s_dq = opt_.plant == Plant::dq_missing_scale ? R(1) : s_;
+  const R s_dq = opt_.mutant == Mutant::dq_missing_scale ? R(1) : s_;
 
 #pragma omp parallel for schedule(static, 1) if (parallel_)
   for (int64_t i = 0; i < Tq_; ++i) {
@@ -116,7 +116,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
     Mat<R> Pf(H, n);  // P in fp32, recomputed from the stored lse
     for (int64_t h = 0; h < H; ++h) {
       R lse = lse_(i, h);
-      if (opt_.plant == Plant::base2_lse_backward) lse = static_cast<R>(lse / std::log(2.0));
+      if (opt_.mutant == Mutant::base2_lse_backward) lse = static_cast<R>(lse / std::log(2.0));
       Pf.row(h) = (l.row(h).array() - lse).exp();
     }
     const Mat<R> Pb = Pf.unaryExpr([](R x) { return P::bf(x); });
@@ -135,7 +135,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
         delta(h) = dOh.dot(O_.row(i).segment(h * d_.Dv, d_.Dv));
       }
     }
-    if (opt_.plant == Plant::dlogit_missing_delta) delta.setZero();
+    if (opt_.mutant == Mutant::dlogit_missing_delta) delta.setZero();
     const Mat<R> dl = (Pf.array() * (dP.colwise() - delta).array()).matrix().unaryExpr([](R x) { return P::bf(x); });
 
     if (absorbed) {

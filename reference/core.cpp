@@ -11,7 +11,7 @@
 
 #include "reference/attention.hpp"
 #include "reference/comm.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "reference/indexer.hpp"
 #include "reference/loss.hpp"
 
@@ -29,14 +29,20 @@ RankOutput run_rank(const Problem& p, const StreamLayout& L, const Inputs& in, c
   return Rank<Bf16Policy>(p, L, in, opt, plan).run();
 }
 
-void check_run(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt) {
-  validate(p);
-  check_shapes(in, p.dims, L.tp);
+void check_indices(const StreamLayout& L, const Problem& p, const RunOptions& opt) {
+  require(opt.indexer || opt.attention_indices.has_value(), "indices",
+          "the attention needs attention_indices when the indexer is not run");
   if (opt.attention_indices) {
     const Shape want = {L.tp, topk_width(p.topk, L.tp)};
     require(opt.attention_indices->shape == want, "indices",
             "must have shape " + shape_str(want) + ", got " + shape_str(opt.attention_indices->shape));
   }
+}
+
+void check_run(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt) {
+  validate(p);
+  check_shapes(in, p.dims, L.tp);
+  check_indices(L, p, opt);
 }
 
 // Writes local row i of a rank's [Tq, ...] tensor into global row g of a [Tp, ...] tensor.
@@ -63,7 +69,7 @@ Result assemble(const StreamLayout& L, const std::vector<RankOutput>& ranks,
   };
   const RankOutput& r0 = ranks[0];
   if (!r0.scores.data.empty()) r.scores = TensorD({L.tp, L.tp}, kNegInf);
-  r.topk = TensorI({L.tp, r0.topk.shape[1]}, -1);
+  if (!r0.topk.shape.empty()) r.topk = TensorI({L.tp, r0.topk.shape[1]}, -1);
   TensorD* g[] = {&r.O, &r.O_lat, &r.lse, &r.kl, &r.dq_nope, &r.dq_pe, &r.dq_I, &r.dw, &r.dc, &r.dk_pe, &r.dk_I};
   const TensorD RankOutput::*l[] = {&RankOutput::O,     &RankOutput::O_lat, &RankOutput::lse,
                                      &RankOutput::kl,    &RankOutput::dq_nope, &RankOutput::dq_pe,
@@ -72,20 +78,20 @@ Result assemble(const StreamLayout& L, const std::vector<RankOutput>& ranks,
   for (size_t k = 0; k < std::size(g); ++k) *g[k] = global_rows(r0.*l[k]);
   for (size_t q = 0; q < ranks.size(); ++q) {
     if (r.scores) place_rows(ranks[q].scores, own_rows[q], *r.scores);
-    place_rows(ranks[q].topk, own_rows[q], r.topk);
+    if (!r.topk.shape.empty()) place_rows(ranks[q].topk, own_rows[q], r.topk);
     for (size_t k = 0; k < std::size(g); ++k) place_rows(ranks[q].*l[k], own_rows[q], *g[k]);
   }
   r.dW_UK = r0.dW_UK;
   r.dW_UV = r0.dW_UV;
-  r.loss = TensorD({1}, r0.loss);
+  if (!r0.kl.shape.empty()) r.loss = TensorD({1}, r0.loss);  // the loss stage ran
   return r;
 }
 
 // The rows a rank computes with: its real rows, or the rows a planted layout bug makes it believe.
-std::vector<std::vector<int64_t>> believed_rows(const Problem& p, const StreamLayout& L, Plant plant) {
+std::vector<std::vector<int64_t>> believed_rows(const Problem& p, const StreamLayout& L, Mutant mutant) {
   auto rows = L.rank_rows;
   const int64_t cp = L.cp;
-  if (plant == Plant::zigzag_chunk_swap && L.kind == Layout::zigzag) {
+  if (mutant == Mutant::zigzag_chunk_swap && L.kind == Layout::zigzag) {
     for (int64_t r = 0; r < cp; ++r) {
       rows[r].clear();
       for (int64_t s = 0; s < L.segments(); ++s) {
@@ -95,7 +101,7 @@ std::vector<std::vector<int64_t>> believed_rows(const Problem& p, const StreamLa
       }
     }
   }
-  if (plant == Plant::contiguous_read_as_zigzag && L.kind == Layout::contiguous && L.tp % (2 * cp) == 0) {
+  if (mutant == Mutant::contiguous_read_as_zigzag && L.kind == Layout::contiguous && L.tp % (2 * cp) == 0) {
     const int64_t h = L.tp / (2 * cp);
     for (int64_t r = 0; r < cp; ++r) {
       rows[r].clear();
@@ -112,6 +118,11 @@ std::vector<std::vector<int64_t>> believed_rows(const Problem& p, const StreamLa
 Result run_core(const Problem& p, const Inputs& in, const RunOptions& opt) {
   const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
   check_run(p, L, in, opt);
+  return run_core(p, L, in, opt);
+}
+
+Result run_core(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt) {
+  check_indices(L, p, opt);
   RankPlan plan;
   plan.rows.resize(L.tp);
   std::iota(plan.rows.begin(), plan.rows.end(), 0);
@@ -126,7 +137,7 @@ Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& op
   const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
   check_run(p, L, in, opt);
   const int cp = static_cast<int>(L.cp);
-  const auto believed = believed_rows(p, L, opt.plant);
+  const auto believed = believed_rows(p, L, opt.mutant);
   std::vector<int64_t> gather_order;
   for (auto& rows : believed) gather_order.insert(gather_order.end(), rows.begin(), rows.end());
 

@@ -4,11 +4,11 @@
 
 #include <optional>
 
-#include "reference/inputs.hpp"
-#include "reference/layout.hpp"
-#include "reference/plant.hpp"
-#include "reference/problem.hpp"
-#include "reference/result.hpp"
+#include "core/inputs.hpp"
+#include "core/layout.hpp"
+#include "core/mutant.hpp"
+#include "core/problem.hpp"
+#include "core/result.hpp"
 
 namespace dsa {
 
@@ -21,12 +21,19 @@ struct RunOptions {
   bool streaming_kl = true;           // sparse loss: streaming form (SPEC.md §7)
   int64_t kl_chunk_rows = 64;         // rows per chunk of the streaming KL
   int64_t max_score_elements = 1 << 22;  // scores are returned only when Tp² is at most this
-  Plant plant = Plant::none;          // a planted bug (mutant backends only)
+  Mutant mutant = Mutant::none;          // a planted bug (mutant backends only)
   bool attention_backward = true;     // false: forward stages and the loss only (benchmarks)
+  // The staged oracle (check/) runs the indexer and the stages after it apart: indexer = false
+  // skips the scores and the top-k (attention_indices are then required), attention = false stops
+  // after them.
+  bool indexer = true;
+  bool attention = true;
 };
 
 // Global execution: one rank holding every row.
 Result run_core(const Problem& p, const Inputs& in, const RunOptions& opt);
+// The same on a problem already validated and laid out (check/prepared.hpp): nothing is rebuilt.
+Result run_core(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt);
 
 // Rank-by-rank execution over an in-process communicator (cp threads). Each rank sees only its
 // own query rows and all-gathers the keys; key gradients are reduce-scattered. The per-rank

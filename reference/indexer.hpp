@@ -46,7 +46,7 @@ void Rank<P>::indexer(RankOutput& out) {
     const Vec<R> I = indexer_scores(i, indexer_u(i, keys));
     std::vector<double> sc(I.data(), I.data() + I.size());
     const int64_t begin = keys.empty() ? 0 : keys.front();
-    topk_canonical(sc.data(), static_cast<int64_t>(sc.size()), begin, Kw_, out.topk.row(i), opt_.plant);
+    topk_canonical(sc.data(), static_cast<int64_t>(sc.size()), begin, Kw_, out.topk.row(i), opt_.mutant);
     if (want_scores) std::copy(sc.begin(), sc.end(), out.scores.row(i) + begin);
   }
   topk_ = &out.topk;

@@ -7,8 +7,8 @@
 #include <random>
 #include <set>
 
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 namespace {

@@ -19,7 +19,7 @@ void Rank<P>::loss(RankOutput& out) {
   double counted[1] = {static_cast<double>(counted_local)};
   all_reduce(counted, 1);
   double N = std::max(1.0, counted[0]);
-  if (opt_.plant == Plant::loss_per_rank_mean)
+  if (opt_.mutant == Mutant::loss_per_rank_mean)
     N = std::max<double>(1.0, static_cast<double>(counted_local)) * (plan_.comm ? plan_.comm->size() : 1);
   const R scale = static_cast<R>(p_.coeff / N);
 
@@ -35,7 +35,7 @@ void Rank<P>::loss(RankOutput& out) {
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is
   // only a bound on live memory here. Its A_h reuses the attention's lse instead of a softmax.
   for (int64_t c0 = 0; c0 < Tq_; c0 += chunk) {
-    if (streaming && opt_.plant == Plant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
+    if (streaming && opt_.mutant == Mutant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
     const int64_t c1 = streaming ? std::min(Tq_, c0 + chunk) : Tq_;
 #pragma omp parallel for schedule(static, 1) if (parallel_)
     for (int64_t i = c0; i < c1; ++i) {
@@ -57,7 +57,7 @@ void Rank<P>::loss(RankOutput& out) {
       const Vec<R> logQ = I.array() - row_lse(I);
       const Vec<R> Q = logQ.array().exp();
       Vec<R> dI(n);
-      if (opt_.plant == Plant::kl_reversed) {
+      if (opt_.mutant == Mutant::kl_reversed) {
         // KL(Q‖T) = Σ Q (logQ − log T) and its gradient Q·(a − KL), a = logQ − log T.
         Vec<R> a(n);
         for (int64_t t = 0; t < n; ++t) a(t) = logQ(t) - std::log(std::max(T(t), R(1e-10)));

@@ -9,19 +9,11 @@
 //   lse, KL and the loss stay fp32; every sum accumulates in fp32.
 #pragma once
 
-#include <bit>
-#include <cstdint>
-
 #include <Eigen/Core>
 
+#include "core/bf16.hpp"
+
 namespace dsa {
-
-inline float round_bf16(float x) { return static_cast<float>(Eigen::bfloat16(x)); }
-inline double round_bf16(double x) { return static_cast<double>(round_bf16(static_cast<float>(x))); }
-
-// The bits of x rounded to bf16, and the value of bf16 bits: what device buffers hold.
-inline uint16_t bf16_bits(float x) { return std::bit_cast<uint16_t>(Eigen::bfloat16(x)); }
-inline float bf16_float(uint16_t bits) { return static_cast<float>(std::bit_cast<Eigen::bfloat16>(bits)); }
 
 struct ExactPolicy {
   using Real = double;

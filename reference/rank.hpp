@@ -13,6 +13,7 @@
 
 #include "reference/comm.hpp"
 #include "reference/core.hpp"
+#include "reference/eigen_maps.hpp"
 #include "reference/precision.hpp"
 #include "reference/visibility.hpp"
 
@@ -70,7 +71,7 @@ class Rank {
 
  public:
   Rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt, const RankPlan& plan)
-      : p_(p), d_(p.dims), L_(L), opt_(opt), plan_(plan), vis_{L, opt.plant} {
+      : p_(p), d_(p.dims), L_(L), opt_(opt), plan_(plan), vis_{L, opt.mutant} {
     Tq_ = static_cast<int64_t>(plan.rows.size());
     Tp_ = L.tp;
     CR_ = d_.C + d_.R;
@@ -97,7 +98,8 @@ class Rank {
 
   RankOutput run() {
     RankOutput out;
-    indexer(out);
+    if (opt_.indexer) indexer(out);
+    if (!opt_.attention) return out;
     select_keys();
     if (p_.path == Path::absorbed) project_queries();
     else materialize_explicit_keys();
@@ -135,7 +137,7 @@ class Rank {
     std::vector<double> send(Tp_ * cols);
     for (int64_t i = 0; i < Tp_; ++i)
       for (int64_t j = 0; j < cols; ++j) send[i * cols + j] = partial(plan_.gather_order[i], j);
-    if (opt_.plant == Plant::no_key_grad_reduce_scatter) {
+    if (opt_.mutant == Mutant::no_key_grad_reduce_scatter) {
       const int64_t off = plan_.comm->rank() * Tq_ * cols;
       std::copy_n(send.data() + off, Tq_ * cols, out.data.data());
     } else {
@@ -153,7 +155,7 @@ class Rank {
   R phi(R u) const { return p_.relu ? std::max(u, R(0)) : u; }
   R dphi(R u) const {
     if (!p_.relu) return R(1);
-    if (u == R(0)) return opt_.plant == Plant::relu_grad_one_at_zero ? R(1) : R(0);
+    if (u == R(0)) return opt_.mutant == Mutant::relu_grad_one_at_zero ? R(1) : R(0);
     return u > R(0) ? R(1) : R(0);
   }
   Mat<R> indexer_u(int64_t i, const std::vector<int64_t>& keys) const;  // u[t,h] = k_I[t]·q_I[g,h]

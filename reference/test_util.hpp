@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "reference/inputs.hpp"
-#include "reference/layout.hpp"
-#include "reference/problem.hpp"
-#include "reference/result.hpp"
+#include "core/inputs.hpp"
+#include "core/layout.hpp"
+#include "core/problem.hpp"
+#include "core/result.hpp"
 
 namespace dsa::test {
 

@@ -5,10 +5,10 @@
 #include <functional>
 
 #include "reference/core.hpp"
-#include "reference/errors.hpp"
-#include "reference/inputs.hpp"
-#include "reference/layout.hpp"
-#include "reference/problem.hpp"
+#include "core/errors.hpp"
+#include "core/inputs.hpp"
+#include "core/layout.hpp"
+#include "core/problem.hpp"
 #include "reference/test_util.hpp"
 
 namespace dsa {

@@ -4,18 +4,18 @@
 #include <cstdint>
 #include <limits>
 
-#include "reference/layout.hpp"
-#include "reference/plant.hpp"
+#include "core/layout.hpp"
+#include "core/mutant.hpp"
 
 namespace dsa {
 
 struct Visibility {
   const StreamLayout& L;
-  Plant plant = Plant::none;
+  Mutant mutant = Mutant::none;
 
   int64_t begin(int64_t g) const {
     int64_t b = L.key_begin(g);
-    if (plant == Plant::pad_keys_visible && L.active(g) && L.seg[g] > 0) {
+    if (mutant == Mutant::pad_keys_visible && L.active(g) && L.seg[g] > 0) {
       const int64_t prev = L.seg[g] - 1;  // the previous segment's pad tail
       b = L.cu[prev] + L.lengths[prev];
     }
@@ -23,16 +23,16 @@ struct Visibility {
   }
   int64_t end(int64_t g) const {
     int64_t e = L.key_end(g);
-    if (plant == Plant::causal_end_off_by_one && L.active(g) && e < L.cu[L.seg[g] + 1]) ++e;
+    if (mutant == Mutant::causal_end_off_by_one && L.active(g) && e < L.cu[L.seg[g] + 1]) ++e;
     return e;
   }
   bool visible(int64_t g, int64_t t) const { return t >= begin(g) && t < end(g); }
 
   // The key an attention index slot refers to, or −1 when the slot must be ignored.
   int64_t attention_key(int64_t g, int64_t t) const {
-    if (plant == Plant::neg1_read_as_row0 && t == -1) return 0;
+    if (mutant == Mutant::neg1_read_as_row0 && t == -1) return 0;
     if (t < 0 || t >= L.tp) return -1;
-    if (plant == Plant::trust_noncausal_indices) return t;
+    if (mutant == Mutant::trust_noncausal_indices) return t;
     return visible(g, t) ? t : -1;
   }
 };

@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa::cli {
 

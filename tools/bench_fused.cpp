@@ -18,7 +18,7 @@
 
 #include "fused/api.cuh"
 #include "fused/attention.hpp"
-#include "fused/device.cuh"
+#include "fused/device.hpp"
 #include "fused/fill.hpp"
 #include "fused/run.hpp"
 #include "harness/generate.hpp"

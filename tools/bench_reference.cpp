@@ -21,7 +21,7 @@
 #include <random>
 
 #include "reference/core.hpp"
-#include "reference/layout.hpp"
+#include "core/layout.hpp"
 
 namespace dsa::bench_reference {
 namespace {

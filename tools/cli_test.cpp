@@ -15,7 +15,7 @@
 #include "harness/backend.hpp"
 #include "harness/case.hpp"
 #include "harness/schema_testing.hpp"
-#include "reference/layout.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 namespace {

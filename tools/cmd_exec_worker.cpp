@@ -4,7 +4,7 @@
 
 #include "harness/backend.hpp"
 #include "harness/exec_protocol.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 
@@ -18,7 +18,8 @@ int run(int argc, char** argv) {
   const std::string spec = a.get_or("backend", "lowp");
   require(spec.rfind("exec:", 0) != 0, "--backend", "an exec-worker cannot itself run an exec backend");
   exec::FolderInputs fi = exec::read_inputs(folder);
-  const BackendRun r = make_backend(spec)->run(fi.c, fi.in, fi.injected);
+  const PreparedCase pc = prepare(fi.c.problem, std::move(fi.in), std::move(fi.injected), fi.c.stages);
+  const BackendRun r = make_backend(spec)->run(fi.c, pc);
   // F32 wherever that is lossless (the bf16 policy's values), F64 otherwise (the exact reference).
   st::write_file(folder + "/outputs.safetensors", exec::outputs_file(r.result, exec::FloatOut::f32_when_exact));
   return 0;

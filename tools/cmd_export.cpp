@@ -5,7 +5,8 @@
 #include "harness/backend.hpp"
 #include "harness/exec_protocol.hpp"
 #include "harness/generate.hpp"
-#include "reference/errors.hpp"
+#include "harness/run_case.hpp"
+#include "core/errors.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 
@@ -21,10 +22,9 @@ int run(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(*out, ec);
   require(!ec && std::filesystem::is_directory(*out), "--out", "cannot create folder " + *out);
-  const Inputs in = generate_inputs(c);
-  const auto injected = injected_indices(c);
-  exec::write_inputs(*out, c, in, injected);  // case.json, inputs.safetensors
-  const BackendRun r = make_backend("reference")->run(c, in, injected);
+  const PreparedCase pc = prepare_case(c);
+  exec::write_inputs(*out, c, pc.inputs, pc.injected);  // case.json, inputs.safetensors
+  const BackendRun r = make_backend("reference")->run(c, pc);
   st::write_file(*out + "/exact.safetensors", exec::outputs_file(r.result, exec::FloatOut::f64));
   std::printf("%s: case.json, inputs.safetensors, exact.safetensors (%s)\n", out->c_str(), describe(c).c_str());
   return 0;

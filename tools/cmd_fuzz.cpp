@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "harness/fuzz.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/command.hpp"
 #include "tools/session_args.hpp"
 

@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 

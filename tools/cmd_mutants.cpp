@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/plant.hpp"
+#include "core/mutant.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 
@@ -15,12 +15,12 @@ int run(int argc, char** argv) {
   a.expect_positional({});
   if (a.has("json")) {
     nlohmann::json j = nlohmann::json::array();
-    for (auto& p : all_plants()) j.push_back({{"name", p.name}, {"backend", std::string("mutant:") + p.name}, {"breaks", p.breaks}});
+    for (auto& p : all_mutants()) j.push_back({{"name", p.name}, {"backend", std::string("mutant:") + p.name}, {"breaks", p.breaks}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  for (auto& p : all_plants()) std::printf("%-30s %s\n", p.name, p.breaks);
-  std::printf("\n%zu mutants; run one with --backend mutant:NAME (lowp with that bug planted)\n", all_plants().size());
+  for (auto& p : all_mutants()) std::printf("%-30s %s\n", p.name, p.breaks);
+  std::printf("\n%zu mutants; run one with --backend mutant:NAME (lowp with that bug planted)\n", all_mutants().size());
   return 0;
 }
 

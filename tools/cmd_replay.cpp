@@ -1,6 +1,6 @@
 // dsa-parity replay: every case file of a folder (edge/ first, then regressions/, then the rest).
 #include "harness/fuzz.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/command.hpp"
 #include "tools/session_args.hpp"
 

@@ -1,6 +1,6 @@
 // dsa-parity shrink: reduce a failing case while its failure holds; write the reproducer.
 #include "harness/fuzz.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
 

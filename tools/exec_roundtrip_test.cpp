@@ -13,7 +13,8 @@
 #include "harness/backend.hpp"
 #include "harness/exec_protocol.hpp"
 #include "harness/generate.hpp"
-#include "reference/plant.hpp"
+#include "harness/run_case.hpp"
+#include "core/mutant.hpp"
 
 namespace dsa {
 namespace {
@@ -58,9 +59,8 @@ TEST(ExecRoundTrip, WorkerBehindExecEqualsInProcessBitForBit) {
     auto direct = make_backend(spec);
     auto ext = make_backend("exec:" + quote(kBin) + " exec-worker --backend " + spec);
     for (const Case& c : cases()) {
-      const Inputs in = generate_inputs(c);
-      const auto inj = injected_indices(c);
-      expect_same(ext->run(c, in, inj).result, direct->run(c, in, inj).result, std::string(spec) + " " + describe(c));
+      const PreparedCase pc = prepare_case(c);
+      expect_same(ext->run(c, pc).result, direct->run(c, pc).result, std::string(spec) + " " + describe(c));
     }
   }
 }
@@ -81,7 +81,7 @@ TEST(Export, WritesInputsAndTheExactOutputs) {
   const Case c = load_case(kData + "valid_full.json");
   const exec::FolderInputs fi = exec::read_inputs(dir.string());
   EXPECT_EQ(to_json(fi.c), to_json(c));
-  const Result exact = make_backend("reference")->run(c, generate_inputs(c), injected_indices(c)).result;
+  const Result exact = make_backend("reference")->run(c, prepare_case(c)).result;
   const Result back = exec::read_outputs((dir / "exact.safetensors").string(), c);
   expect_same(back, exact, "export");
   EXPECT_FALSE(back.dc.empty());
@@ -93,14 +93,14 @@ TEST(Export, WritesInputsAndTheExactOutputs) {
 TEST(Mutants, ListsEveryPlantedBug) {
   const auto [code, out] = sh(quote(kBin) + " mutants");
   ASSERT_EQ(code, 0);
-  for (auto& p : all_plants()) {
+  for (auto& p : all_mutants()) {
     EXPECT_NE(out.find(p.name), std::string::npos) << p.name;
     EXPECT_NE(out.find(p.breaks), std::string::npos) << p.name;
   }
   const auto [jcode, jout] = sh(quote(kBin) + " mutants --json");
   ASSERT_EQ(jcode, 0);
   const auto j = nlohmann::json::parse(jout);
-  ASSERT_EQ(j.size(), all_plants().size());
+  ASSERT_EQ(j.size(), all_mutants().size());
   EXPECT_GE(j.size(), 14u);
   for (auto& e : j) EXPECT_NO_THROW(make_backend(e["backend"].get<std::string>()));
 }

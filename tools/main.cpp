@@ -6,7 +6,7 @@
 #include <exception>
 #include <string>
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {

@@ -16,13 +16,13 @@
 
 #include "harness/case.hpp"
 #include "harness/schema_testing.hpp"
-#include "reference/layout.hpp"
-#include "reference/plant.hpp"
+#include "core/layout.hpp"
+#include "core/mutant.hpp"
 
 namespace dsa {
 
 // Readable test names in ctest (found by ADL).
-void PrintTo(const PlantInfo& p, std::ostream* os) { *os << p.name; }
+void PrintTo(const MutantInfo& p, std::ostream* os) { *os << p.name; }
 
 namespace {
 
@@ -38,12 +38,12 @@ TEST(Mutants, TheBinaryListsEveryPlantedBug) {
   auto [code, out] = sh(q(kBin) + " mutants --json");
   ASSERT_EQ(code, 0);
   const json list = json::parse(out);
-  ASSERT_EQ(list.size(), all_plants().size());
+  ASSERT_EQ(list.size(), all_mutants().size());
   EXPECT_GE(list.size(), 14u);
-  for (size_t i = 0; i < list.size(); ++i) EXPECT_EQ(list[i]["name"], all_plants()[i].name);
+  for (size_t i = 0; i < list.size(); ++i) EXPECT_EQ(list[i]["name"], all_mutants()[i].name);
 }
 
-class EveryMutant : public ::testing::TestWithParam<PlantInfo> {};
+class EveryMutant : public ::testing::TestWithParam<MutantInfo> {};
 
 TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
   const std::string name = GetParam().name, backend = "mutant:" + name;
@@ -91,8 +91,8 @@ TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
   DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
 }
 
-INSTANTIATE_TEST_SUITE_P(Plants, EveryMutant, ::testing::ValuesIn(all_plants()),
-                         [](const ::testing::TestParamInfo<PlantInfo>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Mutants, EveryMutant, ::testing::ValuesIn(all_mutants()),
+                         [](const ::testing::TestParamInfo<MutantInfo>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace dsa

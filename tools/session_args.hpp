@@ -7,7 +7,7 @@
 #include <string>
 
 #include "harness/fuzz.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 #include "tools/args.hpp"
 
 namespace dsa::cli {

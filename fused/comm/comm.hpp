@@ -47,8 +47,4 @@ std::unique_ptr<CommGroup> make_local_group(int size, int device = 0);
 std::unique_ptr<CommGroup> make_nccl_group(int size);
 bool nccl_available();
 
-// One process per GPU under mpirun: the NCCL unique id is broadcast over MPI (as nccl-tests
-// does). Only with DSA_HAVE_MPI and DSA_HAVE_NCCL; otherwise throws dsa::Unavailable.
-std::unique_ptr<DeviceComm> make_nccl_mpi_comm();
-
 }  // namespace dsa::fused

@@ -1,19 +1,15 @@
-// NCCL communicators: one rank per GPU, either one host thread per GPU in this process
-// (ncclCommInitAll) or one process per GPU under mpirun (unique id broadcast over MPI, as
-// nccl-tests does). Without NCCL both factories throw dsa::Unavailable.
+// NCCL communicators: one rank per GPU, one host thread per GPU in this process (ncclCommInitAll).
+// Without NCCL the factory throws dsa::Unavailable.
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "fused/comm/comm.hpp"
 #include "fused/cuda_check.hpp"
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 #ifdef DSA_HAVE_NCCL
 #include <nccl.h>
-#endif
-#if defined(DSA_HAVE_MPI) && defined(DSA_HAVE_NCCL)
-#include <mpi.h>
 #endif
 
 namespace dsa::fused {
@@ -88,29 +84,6 @@ std::unique_ptr<CommGroup> make_nccl_group(int size) {
 #else
   (void)size;
   throw Unavailable("built without NCCL (use --comm local)");
-#endif
-}
-
-std::unique_ptr<DeviceComm> make_nccl_mpi_comm() {
-#if defined(DSA_HAVE_MPI) && defined(DSA_HAVE_NCCL)
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) MPI_Init(nullptr, nullptr);
-  int rank = 0, size = 1, ndev = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  DSA_CUDA_CHECK(cudaGetDeviceCount(&ndev));
-  if (ndev < 1) throw Unavailable("no CUDA device for MPI rank " + std::to_string(rank));
-  ncclUniqueId id;
-  if (rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  const int device = rank % ndev;  // ranks of one host share its GPUs round-robin
-  DSA_CUDA_CHECK(cudaSetDevice(device));
-  ncclComm_t c;
-  nccl_check(ncclCommInitRank(&c, size, id, rank), "ncclCommInitRank");
-  return std::make_unique<NcclComm>(c, rank, size, device);
-#else
-  throw Unavailable("one process per GPU needs a build with DSA_WITH_MPI=ON and NCCL");
 #endif
 }
 

@@ -14,13 +14,13 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
 plants() {
   local inc="-I. -I/usr/include/eigen3 -I/usr/local/cuda/include"
   for P in causal_end_off_by_one neg1_read_as_row0 trust_noncausal_indices base2_lse_backward dq_missing_scale dlogit_missing_delta; do
-    ( /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -DDSA_PLANT_$P=1 fused/attention_select.cu fused/attention_fwd.cu fused/attention_fwd_sm90.cu \
+    ( /usr/local/cuda/bin/nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -DDSA_MUTANT_$P=1 fused/attention_select.cu fused/attention_fwd.cu fused/attention_fwd_sm90.cu \
         fused/attention_bwd.cu fused/device.cu fused/attention_test.cpp -lgtest -lgtest_main -o /tmp/plant_$P > /tmp/plant_$P.build 2>&1 ) &
   done
   g++ -std=c++20 -O2 $inc -c fused/run_test.cpp -o /tmp/run_test.o
   local objs=$(ls build/fused/CMakeFiles/dsa_fused.dir/*.o build/fused/CMakeFiles/dsa_fused.dir/comm/*.o | grep -v '/run.cpp.o')
   for P in zigzag_chunk_swap no_key_grad_reduce_scatter; do
-    ( g++ -std=c++20 -O2 $inc -DDSA_HAVE_NCCL=1 -DDSA_PLANT_$P=1 -c fused/run.cpp -o /tmp/run_$P.o &&
+    ( g++ -std=c++20 -O2 $inc -DDSA_HAVE_NCCL=1 -DDSA_MUTANT_$P=1 -c fused/run.cpp -o /tmp/run_$P.o &&
       g++ /tmp/run_test.o /tmp/run_$P.o $objs build/reference/libdsa_reference.a -L/usr/local/cuda/lib64 -lcudart -lcublas \
         -lnccl -lgtest -lgtest_main -fopenmp -lpthread -o /tmp/plant_$P > /tmp/plant_$P.build 2>&1 ) &
   done

@@ -1,4 +1,4 @@
-#include "harness/compare.hpp"
+#include "check/compare.hpp"
 
 #include <cmath>
 #include <limits>
@@ -27,11 +27,11 @@ TEST(Compare, IdenticalPassesWithZeroError) {
   auto L = worked_example();
   TensorD x = filled({20, 2, 3}, 0.5);
   TensorCheck r = compare_tensor("O", x, x, x, L);
-  EXPECT_EQ(r.status, "pass");
+  EXPECT_EQ(r.status, CheckStatus::pass);
   EXPECT_EQ(r.e_f, 0);
   EXPECT_EQ(r.compared, 120);
   EXPECT_DOUBLE_EQ(r.cosine, 1.0);
-  EXPECT_EQ(r.stage, "attention");
+  EXPECT_EQ(r.stage, Stage::attention);
   EXPECT_EQ(r.alpha, 2);
 }
 
@@ -41,10 +41,10 @@ TEST(Compare, ToleranceIsAlphaTimesLowpErrorForwardTwoGradientsThree) {
   TensorD lowp = exact, fused = exact;
   lowp.data[10] += 1e-2;            // e_l = 1e-2
   fused.data[40] += 2.9e-2;         // e_f = 2.9e-2: within 3·e_l, beyond 2·e_l
-  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).failure, kMismatch);
-  EXPECT_EQ(compare_tensor("dq_nope", fused, lowp, exact, L).status, "pass");
+  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).failure, Failure::mismatch);
+  EXPECT_EQ(compare_tensor("dq_nope", fused, lowp, exact, L).status, CheckStatus::pass);
   fused.data[40] = exact.data[40] + 1.9e-2;
-  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).status, "pass");
+  EXPECT_EQ(compare_tensor("O", fused, lowp, exact, L).status, CheckStatus::pass);
   TensorCheck r = compare_tensor("O", fused, lowp, exact, L);
   EXPECT_NEAR(r.ratio, 1.9, 1e-9);
   EXPECT_NEAR(r.e_l, 1e-2, 1e-12);
@@ -57,8 +57,8 @@ TEST(Compare, WorstElementIsLocatedInTheLayout) {
   // g = 17, head 1, dim 2: rank 0 owns 0 1 6 7 8 9 10 17 18 19, so local row 7; sequence 1, position 9.
   fused.at(17, 1, 2) += 0.5;
   TensorCheck r = compare_tensor("O", fused, exact, exact, L);
-  ASSERT_EQ(r.status, "fail");
-  EXPECT_EQ(r.failure, kMismatch);
+  ASSERT_EQ(r.status, CheckStatus::fail);
+  EXPECT_EQ(r.failure, Failure::mismatch);
   ASSERT_TRUE(r.worst.has_value());
   EXPECT_EQ(r.worst->g, 17);
   EXPECT_EQ(r.worst->rank, 0);
@@ -95,7 +95,7 @@ TEST(Compare, NanWhereExactIsFiniteFails) {
   TensorD exact = filled({20, 4}, 1.0), fused = exact;
   fused.at(6, 1) = std::nan("");
   TensorCheck r = compare_tensor("lse", fused, exact, exact, L);
-  EXPECT_EQ(r.failure, kNan);
+  EXPECT_EQ(r.failure, Failure::nan);
   EXPECT_EQ(r.worst->g, 6);
   EXPECT_EQ(r.worst->head, 1);
 }
@@ -108,14 +108,14 @@ TEST(Compare, PoisonLeftInAnOutputIsUnwrittenEvenWhereExactIsInfinite) {
     TensorD fused = exact;
     fused.at(g, h) = unwritten_value();
     TensorCheck r = compare_tensor("lse", fused, exact, exact, L);
-    EXPECT_EQ(r.failure, kUnwritten) << g;
+    EXPECT_EQ(r.failure, Failure::unwritten) << g;
     EXPECT_EQ(r.worst->g, g);
     EXPECT_EQ(r.worst->head, h);
   }
   // A NaN from arithmetic is not mistaken for the poison.
   TensorD fused = exact;
   fused.at(9, 3) = std::nan("");
-  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kNan);
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, Failure::nan);
 }
 
 TEST(Compare, InfinitiesMustMatchExactly) {
@@ -124,15 +124,15 @@ TEST(Compare, InfinitiesMustMatchExactly) {
   for (int64_t g : {5, 6, 7, 19})
     for (int64_t h = 0; h < 2; ++h) exact.at(g, h) = -kInf;  // masked pad rows: lse = −inf
   TensorD fused = exact;
-  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).status, "pass");
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).status, CheckStatus::pass);
   fused.at(5, 1) = -1e30;  // finite where exact is −inf
-  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, Failure::inf_pattern);
   fused = exact;
   fused.at(2, 0) = kInf;  // inf where exact is finite
-  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, Failure::inf_pattern);
   fused.at(2, 0) = exact.at(2, 0);
   fused.at(5, 0) = kInf;  // the wrong sign
-  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, kInfPattern);
+  EXPECT_EQ(compare_tensor("lse", fused, exact, exact, L).failure, Failure::inf_pattern);
 }
 
 TEST(Compare, MaskedPadRowsMustBeExactlyZeroEvenWithinTolerance) {
@@ -144,10 +144,10 @@ TEST(Compare, MaskedPadRowsMustBeExactlyZeroEvenWithinTolerance) {
   lowp.at(0, 0) += 0.1;        // a large e_l: the tolerance would accept 1e-9 anywhere
   fused.at(19, 2) = 1e-9;
   TensorCheck r = compare_tensor("dc", fused, lowp, exact, L);
-  EXPECT_EQ(r.failure, kMismatch);
+  EXPECT_EQ(r.failure, Failure::mismatch);
   EXPECT_EQ(r.worst->g, 19);
   // The same under attend is within tolerance.
-  EXPECT_EQ(compare_tensor("dc", fused, lowp, exact, worked_example(PadRows::attend)).status, "pass");
+  EXPECT_EQ(compare_tensor("dc", fused, lowp, exact, worked_example(PadRows::attend)).status, CheckStatus::pass);
 }
 
 TEST(Compare, FloorIsRelativeToTheTensorScale) {
@@ -155,14 +155,14 @@ TEST(Compare, FloorIsRelativeToTheTensorScale) {
   TensorD exact = filled({20}, 100.0), fused = exact;  // e_l = 0: only the floor remains
   fused.data[3] += 1e-5;                               // 1e-7 of the scale (~101): within the floor
   TensorCheck r = compare_tensor("kl", fused, exact, exact, L);
-  EXPECT_EQ(r.status, "pass");
+  EXPECT_EQ(r.status, CheckStatus::pass);
   EXPECT_NEAR(r.floor, kFloorRel * 100.99, 1e-6);
   fused.data[3] += 1e-3;  // 1e-5 of the scale: a real difference
-  EXPECT_EQ(compare_tensor("kl", fused, exact, exact, L).failure, kMismatch);
+  EXPECT_EQ(compare_tensor("kl", fused, exact, exact, L).failure, Failure::mismatch);
   // A tensor that is exactly zero must come back exactly zero (no absolute floor).
   TensorD zero({20}, 0.0), tiny = zero;
   tiny.data[0] = 1e-300;
-  EXPECT_EQ(compare_tensor("kl", tiny, zero, zero, L).failure, kMismatch);
+  EXPECT_EQ(compare_tensor("kl", tiny, zero, zero, L).failure, Failure::mismatch);
 }
 
 // The scalar loss: a lucky lowp error (3.7e-9) against an honest fused one (8.3e-9, the nightly
@@ -192,11 +192,11 @@ TEST(Compare, LossFloorIsTheLowpRowErrorsRootSumSquare) {
   lowp.data[0] = Lx + 3.7e-9;
   fused.data[0] = Lx + 8.3e-9;
   wrong_N.data[0] = sum / (rows - 1);
-  EXPECT_EQ(compare_tensor("loss", fused, lowp, exact, L).status, "fail") << "without the floor: 8.3e-9 > 2 * 3.7e-9";
+  EXPECT_EQ(compare_tensor("loss", fused, lowp, exact, L).status, CheckStatus::fail) << "without the floor: 8.3e-9 > 2 * 3.7e-9";
   const TensorCheck ok = compare_tensor("loss", fused, lowp, exact, L, floor);
-  EXPECT_EQ(ok.status, "pass") << ok.detail;
+  EXPECT_EQ(ok.status, CheckStatus::pass) << ok.detail;
   EXPECT_DOUBLE_EQ(ok.floor, floor);
-  EXPECT_EQ(compare_tensor("loss", wrong_N, lowp, exact, L, floor).status, "fail");
+  EXPECT_EQ(compare_tensor("loss", wrong_N, lowp, exact, L, floor).status, CheckStatus::fail);
   // Mismatched shapes (no lowp kl) give no floor: the relative one applies.
   EXPECT_EQ(loss_floor(TensorD({3}), kl_exact, coeff_over_N), 0);
 }
@@ -205,16 +205,16 @@ TEST(Compare, MissingTensorIsNotCheckedNeverAPass) {
   auto L = worked_example();
   TensorD exact = filled({20, 3}, 0.0);
   TensorCheck r = compare_tensor("dk_I", TensorD{}, exact, exact, L);
-  EXPECT_EQ(r.status, "not-checked");
+  EXPECT_EQ(r.status, CheckStatus::not_checked);
   EXPECT_FALSE(r.failed());
-  EXPECT_EQ(r.stage, "loss_backward");
+  EXPECT_EQ(r.stage, Stage::loss_backward);
 }
 
 TEST(Compare, WrongShapeIsAMismatch) {
   auto L = worked_example();
   TensorD exact = filled({20, 3}, 0.0), fused = filled({20, 4}, 0.0);
   TensorCheck r = compare_tensor("dk_pe", fused, exact, exact, L);
-  EXPECT_EQ(r.failure, kMismatch);
+  EXPECT_EQ(r.failure, Failure::mismatch);
   EXPECT_NE(r.detail.find("shape"), std::string::npos);
 }
 
@@ -251,37 +251,37 @@ struct TopkFixture : ::testing::Test {
 };
 
 TEST_F(TopkFixture, CanonicalAndReorderedRowsAreEquivalent) {
-  EXPECT_EQ(check(canonical()).status, "pass");
+  EXPECT_EQ(check(canonical()).status, CheckStatus::pass);
   TensorI t = canonical();
   std::swap(t.at(5, 0), t.at(5, 2));  // slot order is free
   t.at(1, 2) = t.at(1, 0);           // −1 slots anywhere
   t.at(1, 0) = -1;
-  EXPECT_EQ(check(t).status, "pass");
+  EXPECT_EQ(check(t).status, CheckStatus::pass);
 }
 
 TEST_F(TopkFixture, TieFlipAndDeltaAreAccepted) {
   TensorI t = canonical();
   t.at(5, 2) = 3;  // key 3 scores 7 < θ = 9: only within δ = 2
-  EXPECT_EQ(check(t, 0.5).failure, kTopkNotEquivalent);
-  EXPECT_EQ(check(t, 2.0).status, "pass");
+  EXPECT_EQ(check(t, 0.5).failure, Failure::topk_not_equivalent);
+  EXPECT_EQ(check(t, 2.0).status, CheckStatus::pass);
 }
 
 TEST_F(TopkFixture, InvisibleRepeatedOrMissingKeysFail) {
   TensorI t = canonical();
   t.at(1, 2) = 4;  // row 1 cannot see key 4 (causal)
   TensorCheck r = check(t, 100);
-  EXPECT_EQ(r.failure, kTopkNotEquivalent);
+  EXPECT_EQ(r.failure, Failure::topk_not_equivalent);
   EXPECT_EQ(r.worst->g, 1);
   EXPECT_NE(r.detail.find("row 1"), std::string::npos);
   t = canonical();
   t.at(4, 1) = 0;  // repeats key 0
-  EXPECT_EQ(check(t, 100).failure, kTopkNotEquivalent);
+  EXPECT_EQ(check(t, 100).failure, Failure::topk_not_equivalent);
   t = canonical();
   t.at(4, 2) = -1;  // two keys where three are visible
-  EXPECT_EQ(check(t, 100).failure, kTopkNotEquivalent);
+  EXPECT_EQ(check(t, 100).failure, Failure::topk_not_equivalent);
   TensorI wide({6, 4}, -1);
-  EXPECT_EQ(check(wide).failure, kTopkNotEquivalent);
-  EXPECT_EQ(check(TensorI{}).status, "not-checked");
+  EXPECT_EQ(check(wide).failure, Failure::topk_not_equivalent);
+  EXPECT_EQ(check(TensorI{}).status, CheckStatus::not_checked);
 }
 
 }  // namespace

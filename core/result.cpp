@@ -1,4 +1,4 @@
-#include "reference/result.hpp"
+#include "core/result.hpp"
 
 #include <bit>
 #include <cstdint>

@@ -1,6 +1,6 @@
-#include "reference/inputs.hpp"
+#include "core/inputs.hpp"
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 

@@ -1,5 +1,5 @@
 // Planted bugs ("mutants", DESIGN.md): each one realistic bug from SPEC.md §10, switched on in the
-// low-precision reference so that the harness can prove it catches it. Plant::none is the real code.
+// low-precision reference so that the harness can prove it catches it. Mutant::none is the real code.
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 namespace dsa {
 
-enum class Plant {
+enum class Mutant {
   none,
   causal_end_off_by_one,        // a row also sees the key right after it
   zigzag_chunk_swap,            // a zigzag rank lays out its two chunks in swapped order
@@ -26,15 +26,15 @@ enum class Plant {
   topk_lowest_on_ties,          // a tied boundary slot takes the best key strictly below it
 };
 
-struct PlantInfo {
-  Plant plant;
+struct MutantInfo {
+  Mutant mutant;
   const char* name;
   const char* breaks;  // one line: what goes wrong
 };
 
-const std::vector<PlantInfo>& all_plants();
+const std::vector<MutantInfo>& all_mutants();
 // Throws InvalidInput("backend", ...) for an unknown name.
-Plant parse_plant(const std::string& name);
-const char* name(Plant p);
+Mutant parse_mutant(const std::string& name);
+const char* name(Mutant p);
 
 }  // namespace dsa

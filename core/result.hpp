@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "reference/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace dsa {
 

@@ -5,8 +5,8 @@
 #include <functional>
 #include <string>
 
-#include "reference/problem.hpp"
-#include "reference/tensor.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace dsa {
 

@@ -1,8 +1,8 @@
-#include "reference/layout.hpp"
+#include "core/layout.hpp"
 
 #include <numeric>
 
-#include "reference/errors.hpp"
+#include "core/errors.hpp"
 
 namespace dsa {
 

@@ -1,5 +1,5 @@
 // A dense row-major tensor with an explicit shape. Values of every stage are stored here, in
-// double for the reference (bf16 and fp32 values are exactly representable in double).
+// double (bf16 and fp32 values are exactly representable in double). Standard library only.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <Eigen/Dense>
 
 namespace dsa {
 
@@ -54,13 +52,5 @@ struct Tensor {
 
 using TensorD = Tensor<double>;
 using TensorI = Tensor<int32_t>;
-
-// Row-major Eigen views: a [rows, cols] matrix over contiguous memory.
-template <class T>
-using MatMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-template <class T>
-using ConstMatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 }  // namespace dsa

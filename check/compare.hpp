@@ -1,4 +1,4 @@
-// The one comparison routine of the harness (SPEC.md §9): every float tensor of every stage is
+// The one comparison routine of the project (SPEC.md §9): every float tensor of every stage is
 // diffed against the exact oracle with the low-precision oracle setting the tolerance, and the
 // top-k against the exact scores (SPEC.md §4).
 //
@@ -21,22 +21,15 @@
 #include <string>
 #include <vector>
 
-#include "reference/layout.hpp"
-#include "reference/problem.hpp"
-#include "reference/result.hpp"
+#include "core/catalogue.hpp"
+#include "core/layout.hpp"
+#include "core/problem.hpp"
+#include "core/result.hpp"
+#include "core/verdict.hpp"
 
 namespace dsa {
 
 inline constexpr double kFloorRel = 1e-6;
-
-// Failure classes of a bucket (DESIGN.md).
-inline constexpr const char* kMismatch = "mismatch";
-inline constexpr const char* kNan = "nan";
-inline constexpr const char* kInfPattern = "inf-pattern";
-inline constexpr const char* kUnwritten = "unwritten";
-inline constexpr const char* kTopkNotEquivalent = "topk-not-equivalent";
-inline constexpr const char* kCrash = "crash";
-inline constexpr const char* kTimeout = "timeout";
 
 // Where an element lives: its multi-index, and for row-indexed tensors the global row g with its
 // owner (rank, local row), segment (sequence) and position. −1 where it does not apply.
@@ -46,26 +39,21 @@ struct Location {
 };
 
 struct TensorCheck {
-  std::string stage, tensor;
-  std::string status = "pass";  // pass | fail | not-checked
-  std::string failure;          // failure class when status == fail
+  Stage stage = Stage::indexer;
+  std::string tensor;           // a catalogue name
+  CheckStatus status = CheckStatus::pass;
+  Failure failure = Failure::none;  // when status == fail
   std::string detail;           // one line: why it failed, or why it was not checked
   double alpha = 0, floor = 0;
   double e_f = 0, e_l = 0;      // max abs error of the backend and of the lowp oracle
   double ratio = 0;             // e_f / e_l (+inf when e_l = 0 < e_f)
   double max_rel = 0, cosine = 1, rmse = 0;
-  int64_t compared = 0;         // finite elements compared
+  int64_t compared = 0;         // elements compared: finite ones, and ±inf at the exact positions
   std::optional<Location> worst;
   double worst_fused = 0, worst_exact = 0, worst_lowp = 0;
 
-  bool failed() const { return status == "fail"; }
+  bool failed() const { return status == CheckStatus::fail; }
 };
-
-// The stage a tensor belongs to (case "stages"): indexer (scores, topk), attention (O, O_lat,
-// lse), attention_backward (dq_nope … dk_pe), loss (kl, loss), loss_backward (dq_I, dk_I, dw).
-const std::string& stage_of(const std::string& tensor);
-// α of SPEC.md §9: 3 for gradients, 2 for forward values.
-double alpha_of(const std::string& tensor);
 
 // Locates element `flat` of tensor `name` with shape `shape` (global row order) in the layout.
 Location locate(const std::string& name, const Shape& shape, int64_t flat, const StreamLayout& L);
@@ -90,8 +78,10 @@ struct ScoreRow {
 };
 
 // SPEC.md §4 equivalence of the backend's top-k ([Tp, K']) against the exact scores, δ = the score
-// tolerance. exact_row(g) gives the exact scores of row g's visible keys.
+// tolerance. exact_row(g) gives the exact scores of row g's visible keys. When `equivalent` is
+// given it receives, per row, whether that row is a legal equivalent.
 TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout& L, double delta,
-                         const std::function<ScoreRow(int64_t)>& exact_row);
+                         const std::function<ScoreRow(int64_t)>& exact_row,
+                         std::vector<uint8_t>* equivalent = nullptr);
 
 }  // namespace dsa

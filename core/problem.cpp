@@ -1,9 +1,9 @@
-#include "reference/problem.hpp"
+#include "core/problem.hpp"
 
 #include <cmath>
 
-#include "reference/errors.hpp"
-#include "reference/layout.hpp"
+#include "core/errors.hpp"
+#include "core/layout.hpp"
 
 namespace dsa {
 

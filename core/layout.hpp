@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference/problem.hpp"
+#include "core/problem.hpp"
 
 namespace dsa {
 

@@ -1,43 +1,19 @@
-#include "harness/compare.hpp"
+#include "check/compare.hpp"
 
 #include <cmath>
 #include <limits>
 #include <map>
 
-#include "reference/topk.hpp"
+#include "check/topk_equivalent.hpp"
 
 namespace dsa {
-
-const std::string& stage_of(const std::string& tensor) {
-  static const std::map<std::string, std::string> m = {
-      {"scores", "indexer"},          {"topk", "indexer"},
-      {"O", "attention"},             {"O_lat", "attention"},
-      {"lse", "attention"},           {"dq_nope", "attention_backward"},
-      {"dq_pe", "attention_backward"}, {"dW_UK", "attention_backward"},
-      {"dW_UV", "attention_backward"}, {"dc", "attention_backward"},
-      {"dk_pe", "attention_backward"}, {"kl", "loss"},
-      {"loss", "loss"},               {"dq_I", "loss_backward"},
-      {"dk_I", "loss_backward"},      {"dw", "loss_backward"}};
-  static const std::string unknown = "unknown";
-  auto it = m.find(tensor);
-  return it == m.end() ? unknown : it->second;
-}
-
-double alpha_of(const std::string& tensor) { return tensor.rfind("d", 0) == 0 ? 3.0 : 2.0; }
 
 namespace {
 
 // Tensors whose leading dimension is the global stream row (everything but the weight gradients
-// and the scalar loss).
-bool row_indexed(const std::string& name, const Shape& shape, const StreamLayout& L) {
-  if (name == "loss" || name.rfind("dW_", 0) == 0) return false;
-  return !shape.empty() && shape[0] == L.tp;
-}
-
-// The per-head tensors whose second index is a head (lse [Tp,H], dw [Tp,HI]); other 2-d row
-// tensors are [Tp, dim].
-bool second_index_is_head(const std::string& name, size_t rank) {
-  return rank >= 3 || name == "lse" || name == "dw";
+// and the scalar loss), when the shape is the catalogue's.
+bool row_indexed(const TensorSpec& t, const Shape& shape, const StreamLayout& L) {
+  return t.row_indexed() && !shape.empty() && shape[0] == L.tp;
 }
 
 }  // namespace
@@ -49,7 +25,8 @@ Location locate(const std::string& name, const Shape& shape, int64_t flat, const
     loc.index[k] = shape[k] ? flat % shape[k] : 0;
     flat = shape[k] ? flat / shape[k] : 0;
   }
-  if (row_indexed(name, shape, L)) {
+  const TensorSpec& spec = tensor_spec(name);
+  if (row_indexed(spec, shape, L)) {
     loc.g = loc.index[0];
     auto [rank, local] = L.owner(loc.g);
     loc.rank = rank;
@@ -57,9 +34,7 @@ Location locate(const std::string& name, const Shape& shape, int64_t flat, const
     loc.sequence = L.seg[loc.g];
     loc.position = L.pos(loc.g);
     if (shape.size() >= 2) {
-      if (name == "scores" || name == "topk")
-        loc.dim = loc.index[1];  // the key (scores) or the slot (topk)
-      else if (second_index_is_head(name, shape.size()))
+      if (spec.second_index_is_head())
         loc.head = loc.index[1];
       else
         loc.dim = loc.index[1];
@@ -76,20 +51,21 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
                            const TensorD& exact, const StreamLayout& L, double floor_at_least) {
   TensorCheck r;
   r.tensor = name;
-  r.stage = stage_of(name);
-  r.alpha = alpha_of(name);
+  const TensorSpec& spec = tensor_spec(name);
+  r.stage = spec.stage;
+  r.alpha = spec.alpha();
   if (fused.empty()) {
-    r.status = "not-checked";
+    r.status = CheckStatus::not_checked;
     r.detail = "not produced by the backend";
     return r;
   }
   if (exact.empty()) {
-    r.status = "not-checked";
+    r.status = CheckStatus::not_checked;
     r.detail = "no exact value for this case";
     return r;
   }
-  auto fail = [&](const char* cls, std::string why, int64_t at) {
-    r.status = "fail";
+  auto fail = [&](Failure cls, std::string why, int64_t at) {
+    r.status = CheckStatus::fail;
     r.failure = cls;
     r.detail = std::move(why);
     if (at >= 0) {
@@ -100,15 +76,16 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     }
   };
   if (fused.shape != exact.shape) {
-    fail(kMismatch, "shape " + shape_str(fused.shape) + ", expected " + shape_str(exact.shape), -1);
+    fail(Failure::mismatch, "shape " + shape_str(fused.shape) + ", expected " + shape_str(exact.shape), -1);
     return r;
   }
   const bool have_lowp = lowp.shape == exact.shape;
-  const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(name, exact.shape, L);
+  const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(spec, exact.shape, L);
   const int64_t per_row = pad_zero ? exact.row_size() : 0;
 
   int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
   double scale = 0, sq = 0, dot = 0, nf = 0, nx = 0;
+  int64_t finite = 0;
   for (int64_t i = 0; i < exact.size(); ++i) {
     const double x = exact.data[i], f = fused.data[i];
     if (is_unwritten(f)) {
@@ -119,6 +96,7 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
     if (std::isinf(x)) {
       if (f != x && first_inf < 0) first_inf = i;
+      if (f == x) ++r.compared;
       continue;
     }
     if (std::isnan(f)) {
@@ -130,6 +108,7 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
       continue;
     }
     ++r.compared;
+    ++finite;
     scale = std::max(scale, std::abs(x));
     const double err = std::abs(f - x);
     if (worst < 0 || err > r.e_f) {
@@ -144,7 +123,7 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     nx += x * x;
   }
   r.floor = std::max(kFloorRel * scale, floor_at_least);
-  r.rmse = r.compared ? std::sqrt(sq / r.compared) : 0;
+  r.rmse = finite ? std::sqrt(sq / finite) : 0;
   r.cosine = (nf == 0 && nx == 0) ? 1.0 : (nf == 0 || nx == 0) ? 0.0 : dot / std::sqrt(nf * nx);
   r.ratio = r.e_l > 0 ? r.e_f / r.e_l : (r.e_f > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   if (worst >= 0) {
@@ -161,19 +140,19 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     return s;
   };
   if (first_unwritten >= 0) {
-    fail(kUnwritten, "output element never written (still the 0xFF poison) " + where(first_unwritten), first_unwritten);
+    fail(Failure::unwritten, "output element never written (still the 0xFF poison) " + where(first_unwritten), first_unwritten);
   } else if (first_nan >= 0) {
-    fail(kNan, "NaN where the exact value is finite " + where(first_nan), first_nan);
+    fail(Failure::nan, "NaN where the exact value is finite " + where(first_nan), first_nan);
   } else if (first_inf >= 0) {
-    fail(kInfPattern, "infinities differ from the exact pattern " + where(first_inf) + ": " +
+    fail(Failure::inf_pattern, "infinities differ from the exact pattern " + where(first_inf) + ": " +
                           std::to_string(fused.data[first_inf]) + " vs exact " + std::to_string(exact.data[first_inf]),
          first_inf);
   } else if (first_pad >= 0) {
-    fail(kMismatch, "masked pad row not exactly 0 " + where(first_pad), first_pad);
+    fail(Failure::mismatch, "masked pad row not exactly 0 " + where(first_pad), first_pad);
   } else if (!(r.e_f <= r.alpha * r.e_l + r.floor)) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "e_f %.3g > %g*e_l %.3g + floor %.3g ", r.e_f, r.alpha, r.e_l, r.floor);
-    fail(kMismatch, buf + where(worst), worst);
+    fail(Failure::mismatch, buf + where(worst), worst);
   }
   return r;
 }
@@ -189,21 +168,21 @@ double loss_floor(const TensorD& kl_lowp, const TensorD& kl_exact, double coeff_
 }
 
 TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout& L, double delta,
-                         const std::function<ScoreRow(int64_t)>& exact_row) {
+                         const std::function<ScoreRow(int64_t)>& exact_row, std::vector<uint8_t>* equivalent) {
   TensorCheck r;
   r.tensor = "topk";
-  r.stage = stage_of("topk");
+  r.stage = Stage::indexer;
   r.alpha = 2;
   r.floor = delta;
   if (fused.empty()) {
-    r.status = "not-checked";
+    r.status = CheckStatus::not_checked;
     r.detail = "not produced by the backend";
     return r;
   }
   const Shape want = {L.tp, width};
   if (fused.shape != want) {
-    r.status = "fail";
-    r.failure = kTopkNotEquivalent;
+    r.status = CheckStatus::fail;
+    r.failure = Failure::topk_not_equivalent;
     r.detail = "shape " + shape_str(fused.shape) + ", expected " + shape_str(want);
     return r;
   }
@@ -214,6 +193,10 @@ TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout
     const ScoreRow s = exact_row(g);
     rows[g] = topk_equivalent(fused.row(g), width, s.scores.data(), static_cast<int64_t>(s.scores.size()),
                               s.key_begin, delta);
+  }
+  if (equivalent) {
+    equivalent->resize(L.tp);
+    for (int64_t g = 0; g < L.tp; ++g) (*equivalent)[g] = rows[g].ok;
   }
   int64_t bad = 0;
   for (int64_t g = 0; g < L.tp; ++g) {
@@ -226,8 +209,8 @@ TensorCheck compare_topk(const TensorI& fused, int64_t width, const StreamLayout
   }
   r.e_f = static_cast<double>(bad);  // rows that are not equivalent
   if (bad) {
-    r.status = "fail";
-    r.failure = kTopkNotEquivalent;
+    r.status = CheckStatus::fail;
+    r.failure = Failure::topk_not_equivalent;
     r.detail = std::to_string(bad) + " of " + std::to_string(L.tp) + " rows not equivalent; first " + r.detail;
   }
   return r;

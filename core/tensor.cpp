@@ -1,4 +1,4 @@
-#include "reference/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace dsa {
 

@@ -1,4 +1,4 @@
-// Device discovery, error checking and the bf16 conversions shared by the kernels.
+// Device discovery (plain C++: the harness and the tools include it without nvcc).
 #pragma once
 
 #include <string>

@@ -1,0 +1,178 @@
+#include "check/judge.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+namespace dsa {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const TensorD* float_result(const Result& r, std::string_view name) {
+  const TensorD* out = nullptr;
+  r.for_each_float([&](const std::string& n, const TensorD& t) {
+    if (n == name) out = &t;
+  });
+  return out;
+}
+
+// e_l(I) and max|I_exact| over every visible pair: from the score matrices when both sides
+// returned them, else recomputed row by row.
+std::pair<double, double> score_error(const PreparedCase& c, const Result& exact, const Result& lowp, Oracle& o) {
+  const StreamLayout& L = c.layout;
+  double e_l = 0, scale = 0;
+  const bool recompute = !(exact.scores && lowp.scores);
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : e_l, scale) if (recompute)
+  for (int64_t g = 0; g < L.tp; ++g) {
+    std::vector<double> x, l;
+    if (recompute) {
+      x = o.score_row(c, g, Precision::exact);
+      l = o.score_row(c, g, Precision::bf16);
+    } else {
+      x.assign(exact.scores->row(g) + L.key_begin(g), exact.scores->row(g) + L.key_end(g));
+      l.assign(lowp.scores->row(g) + L.key_begin(g), lowp.scores->row(g) + L.key_end(g));
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!std::isfinite(x[i]) || !std::isfinite(l[i])) continue;
+      e_l = std::max(e_l, std::abs(l[i] - x[i]));
+      scale = std::max(scale, std::abs(x[i]));
+    }
+  }
+  return {e_l, scale};
+}
+
+// SPEC.md says every exact value is finite except lse of an empty row and a score of a key that is
+// not visible (both −inf). Returns the first tensor that breaks that, with a count.
+std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& exact) {
+  std::optional<std::string> bad;
+  auto check = [&](const std::string& name, const TensorD& t, bool neg_inf_allowed) {
+    if (bad) return;
+    int64_t n = 0;
+    for (double x : t.data) n += !std::isfinite(x) && !(neg_inf_allowed && x == -INFINITY);
+    if (n) bad = name + " has " + std::to_string(n) + " non-finite exact values";
+  };
+  if (exact.scores && c.checks(Stage::indexer)) check("scores", *exact.scores, true);
+  exact.for_each_float([&](const std::string& n, const TensorD& t) {
+    if (c.checks(tensor_spec(n).stage)) check(n, t, n == "lse");
+  });
+  return bad;
+}
+
+}  // namespace
+
+bool CaseVerdict::has_failure(const std::string& s, const std::string& t, Failure cls) const {
+  if (verdict != Verdict::fail) return false;
+  if (stage_name() == s && tensor == t && failure == cls) return true;
+  for (auto& ch : checks)
+    if (ch.failed() && name(ch.stage) == s && ch.tensor == t && ch.failure == cls) return true;
+  return false;
+}
+
+CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
+  CaseVerdict v;
+  const StreamLayout& L = c.layout;
+  const StageCounts before = oracle.counts();
+
+  // The indexer stage of both precisions, then the top-k equivalence, δ = α·e_l(I) + floor.
+  auto t0 = Clock::now();
+  Result exact = oracle.run(c, Precision::exact, {true, false, std::nullopt});
+  Result lowp = oracle.run(c, Precision::bf16, {true, false, std::nullopt});
+  auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
+  const double delta = 2 * e_l_scores + kFloorRel * score_scale;
+  auto exact_row = [&](int64_t g) {
+    ScoreRow r{L.key_begin(g), {}};
+    if (exact.scores) r.scores.assign(exact.scores->row(g) + L.key_begin(g), exact.scores->row(g) + L.key_end(g));
+    else r.scores = oracle.score_row(c, g, Precision::exact);
+    return r;
+  };
+  std::vector<uint8_t> equivalent;
+  TensorCheck topk_check = compare_topk(f.topk, c.width, L, delta, exact_row, &equivalent);
+  v.oracle_s = since(t0);
+
+  // The attention's index set (SPEC §9, stages decoupled): the injected indices, else per row the
+  // backend's row where it is a legal equivalent and the canonical one where it is not, so a tie
+  // flip never shows up downstream and a bad row changes how no other row is judged.
+  TensorI indices = c.injected ? *c.injected : exact.topk;
+  if (!c.injected && f.topk.shape == indices.shape)
+    for (int64_t g = 0; g < L.tp; ++g)
+      if (equivalent[g]) std::copy_n(f.topk.row(g), c.width, indices.row(g));
+
+  // Every stage after the indexer, once per precision, on that index set.
+  t0 = Clock::now();
+  for (auto [side, precision] : {std::pair{&exact, Precision::exact}, std::pair{&lowp, Precision::bf16}}) {
+    Result rest = oracle.run(c, precision, {false, true, indices});
+    rest.scores = std::move(side->scores);
+    rest.topk = std::move(side->topk);
+    *side = std::move(rest);
+  }
+  v.oracle_s += since(t0);
+  const StageCounts after = oracle.counts();
+  for (int p = 0; p < 2; ++p) {
+    v.oracle_stages.indexer[p] = after.indexer[p] - before.indexer[p];
+    v.oracle_stages.attention[p] = after.attention[p] - before.attention[p];
+  }
+
+  if (auto why = nonfinite_exact(c, exact)) {
+    v.verdict = Verdict::cannot_run;
+    v.message = "the exact oracle is not finite where SPEC.md says it is: " + *why;
+    return v;
+  }
+
+  // Compare every tensor of the checked stages, in catalogue order.
+  t0 = Clock::now();
+  const double coeff_over_N = c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
+  for (const TensorSpec* spec : result_specs()) {
+    if (!c.checks(spec->stage)) continue;
+    const std::string n(spec->name);
+    if (n == "topk") {
+      v.checks.push_back(topk_check);
+    } else if (n == "scores") {
+      if (!f.scores) continue;  // optional: only small cases materialize it
+      const TensorD none;
+      v.checks.push_back(compare_tensor(n, *f.scores, lowp.scores ? *lowp.scores : none,
+                                        exact.scores ? *exact.scores : none, L));
+    } else {
+      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N) : 0;
+      v.checks.push_back(compare_tensor(n, *float_result(f, n), *float_result(lowp, n), *float_result(exact, n), L, floor));
+    }
+  }
+  v.compare_s = since(t0);
+
+  // The verdict: the first failing check in stage order is the primary failure. A tensor the
+  // backend did not produce fails as unwritten unless it produced none at all (not-run).
+  std::stable_sort(v.checks.begin(), v.checks.end(),
+                   [](const TensorCheck& a, const TensorCheck& b) { return a.stage < b.stage; });
+  int64_t produced = 0;
+  for (auto& ch : v.checks) produced += ch.status != CheckStatus::not_checked;
+  for (auto& ch : v.checks) {
+    if (ch.status == CheckStatus::not_checked && produced > 0) {
+      ch.status = CheckStatus::fail;
+      ch.failure = Failure::unwritten;
+      ch.detail = "not produced by the backend (a pass needs every tensor of the checked stages)";
+    } else if (ch.status == CheckStatus::pass && ch.compared == 0 && !(ch.tensor == "topk" && L.tp == 0)) {
+      ch.status = CheckStatus::fail;
+      ch.failure = Failure::mismatch;
+      ch.detail = "no element could be compared";
+    }
+    if (ch.failed() && v.verdict != Verdict::fail) {
+      v.verdict = Verdict::fail;
+      v.stage = ch.stage;
+      v.tensor = ch.tensor;
+      v.failure = ch.failure;
+      v.message = ch.tensor + ": " + ch.detail;
+    }
+  }
+  if (produced == 0) {
+    v.verdict = Verdict::not_run;
+    v.message = "the backend produced none of the checked tensors";
+  }
+  return v;
+}
+
+}  // namespace dsa

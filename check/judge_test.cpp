@@ -1,0 +1,119 @@
+// The staged oracle and the verdict (check/judge.hpp): each oracle stage once per precision, a
+// non-equivalent top-k row judged alone, a pass only when every tensor was compared, and a case
+// whose exact value is not finite reported cannot-run.
+#include "check/judge.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/bf16.hpp"
+#include "reference/core.hpp"
+
+namespace dsa {
+namespace {
+
+PreparedCase small_case(int64_t topk = 4, std::vector<int64_t> seqlens = {5, 11}) {
+  Problem p;
+  p.seqlens = std::move(seqlens);
+  p.topk = topk;
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  Inputs in = zero_inputs(p.dims, L.tp);
+  std::mt19937 gen(11);
+  std::normal_distribution<double> nd(0.0, 0.5);
+  in.for_each([&](const std::string&, TensorD& t) {
+    for (double& x : t.data) x = round_bf16(nd(gen));
+  });
+  return prepare(p, in, std::nullopt, {std::begin(kStages), std::end(kStages)});
+}
+
+Result lowp_backend(const PreparedCase& c) {
+  RunOptions opt;
+  opt.precision = Precision::bf16;
+  return run_core(c.problem, c.inputs, opt);
+}
+
+TEST(Judge, EachOracleStageRunsOncePerPrecision) {
+  const PreparedCase c = small_case();
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, lowp_backend(c), *oracle);
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_EQ(v.oracle_stages.indexer[p], 1) << p;
+    EXPECT_EQ(v.oracle_stages.attention[p], 1) << p;
+  }
+  EXPECT_EQ(oracle->counts().total(), 4);
+  // Every result tensor of the catalogue but the optional scores... and the scores too (small case).
+  EXPECT_EQ(v.checks.size(), result_specs().size());
+  for (const TensorCheck& ch : v.checks) EXPECT_GT(ch.compared, 0) << ch.tensor;
+}
+
+// The example of the issue: one bad top-k row must not cascade. Every indexer score ties (q_I = 0),
+// so any K' visible keys are a legal selection: the backend takes the last ones (not the canonical
+// first ones) in every row but g, where it puts a future key, and attends over its own selection.
+// The oracle must use the backend's rows where they are legal, so whatever fails besides the top-k
+// fails at row g only.
+TEST(Judge, ANonEquivalentRowIsJudgedAlone) {
+  PreparedCase c = small_case(3);
+  for (double& x : c.inputs.q_I.data) x = 0;
+  const StreamLayout& L = c.layout;
+  TensorI topk({L.tp, c.width}, -1);
+  for (int64_t r = 0; r < L.tp; ++r) {
+    const int64_t n = std::min<int64_t>(c.width, L.key_end(r) - L.key_begin(r));
+    for (int64_t i = 0; i < n; ++i) topk.at(r, i) = static_cast<int32_t>(L.key_end(r) - 1 - i);
+  }
+  const int64_t g = 12;  // a real row of sequence 1 (keys 8…12)
+  topk.at(g, 0) = static_cast<int32_t>(g + 1);
+  RunOptions follow;
+  follow.precision = Precision::bf16;
+  follow.attention_indices = topk;
+  Result f = run_core(c.problem, c.inputs, follow);
+  f.topk = topk;
+
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, f, *oracle);
+  ASSERT_EQ(v.verdict, Verdict::fail);
+  EXPECT_EQ(v.tensor, "topk");
+  EXPECT_EQ(v.failure, Failure::topk_not_equivalent);
+  EXPECT_NE(v.message.find("1 of 18 rows"), std::string::npos) << v.message;
+  int64_t query_side_failures = 0;
+  for (const TensorCheck& ch : v.checks) {
+    const bool query_rows = tensor_spec(ch.tensor).row_indexed() && ch.tensor != "dc" && ch.tensor != "dk_pe" &&
+                            ch.tensor != "dk_I" && ch.tensor != "topk" && ch.tensor != "scores";
+    if (!query_rows || !ch.failed()) continue;
+    ++query_side_failures;
+    ASSERT_TRUE(ch.worst.has_value()) << ch.tensor;
+    EXPECT_EQ(ch.worst->g, g) << ch.tensor << ": " << ch.detail;
+  }
+  EXPECT_GT(query_side_failures, 0) << "row g attends over other keys than the canonical ones";
+  EXPECT_EQ(oracle->counts().total(), 4);
+}
+
+TEST(Judge, ATensorTheBackendDidNotWriteIsNeverAPass) {
+  const PreparedCase c = small_case();
+  Result f = lowp_backend(c);
+  f.dk_I = TensorD();
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, f, *oracle);
+  ASSERT_EQ(v.verdict, Verdict::fail);
+  EXPECT_EQ(v.tensor, "dk_I");
+  EXPECT_EQ(v.failure, Failure::unwritten);
+
+  const CaseVerdict none = judge(c, Result{}, *oracle);
+  EXPECT_EQ(none.verdict, Verdict::not_run);
+}
+
+TEST(Judge, ANonFiniteExactValueIsCannotRunNeverAPass) {
+  PreparedCase c = small_case();
+  c.problem.softmax_scale = 1e308;  // logits overflow: exact lse and gradients are not finite
+  Result f;
+  f.O = TensorD({c.layout.tp, c.problem.dims.H, c.problem.dims.Dv}, 42.0);
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, f, *oracle);
+  EXPECT_EQ(v.verdict, Verdict::cannot_run) << v.message;
+  EXPECT_NE(v.message.find("not finite"), std::string::npos) << v.message;
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,52 @@
+// The staged oracle (SPEC.md §9): the exact and the low-precision (bf16 policy) side of a case,
+// each stage run once per precision. An Oracle is one implementation of those stages (the CPU
+// reference here; a GPU one may stand beside it); `judge` (check/judge.hpp) drives it.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "check/prepared.hpp"
+#include "core/result.hpp"
+
+namespace dsa {
+
+// Which stages one oracle call computes.
+struct StageRequest {
+  bool indexer = true;    // scores (when small enough) and the canonical top-k
+  bool attention = true;  // attention forward and backward, the loss and its backward
+  // The attention's indices ([Tp, K'], global rows); required when indexer is false. When absent
+  // the attention uses the call's own top-k.
+  std::optional<TensorI> indices;
+};
+
+// How many times each stage ran, per precision: what the tests assert to prove "each stage once".
+struct StageCounts {
+  std::array<int, 2> indexer{}, attention{};  // [exact, bf16]
+  int total() const { return indexer[0] + indexer[1] + attention[0] + attention[1]; }
+};
+
+class Oracle {
+ public:
+  virtual ~Oracle() = default;
+  virtual std::string name() const = 0;
+  // The requested stages of case c under one precision policy; rows in global order.
+  Result run(const PreparedCase& c, Precision precision, const StageRequest& req);
+  // The scores of one row's visible keys, for cases too large to materialize [Tp, Tp].
+  virtual std::vector<double> score_row(const PreparedCase& c, int64_t g, Precision precision) = 0;
+  const StageCounts& counts() const { return counts_; }
+
+ protected:
+  virtual Result compute(const PreparedCase& c, Precision precision, const StageRequest& req) = 0;
+
+ private:
+  StageCounts counts_;
+};
+
+// The CPU reference (reference/): fp64 exact and the bf16 policy, run globally.
+std::unique_ptr<Oracle> make_cpu_oracle();
+
+}  // namespace dsa
