@@ -1,35 +1,44 @@
 #include "core/inputs.hpp"
 
+#include <stdexcept>
+
+#include "core/catalogue.hpp"
 #include "core/errors.hpp"
 
 namespace dsa {
 
 namespace {
-const char* const kNames[] = {"q_nope", "q_pe", "c", "k_pe", "W_UK", "W_UV", "q_I", "k_I", "w", "dO"};
+
+// The members in the catalogue's input order (checked once against the catalogue's names).
+constexpr TensorD Inputs::*kMembers[] = {&Inputs::q_nope, &Inputs::q_pe, &Inputs::c,   &Inputs::k_pe, &Inputs::W_UK,
+                                         &Inputs::W_UV,   &Inputs::q_I,  &Inputs::k_I, &Inputs::w,    &Inputs::dO};
+constexpr const char* kMemberNames[] = {"q_nope", "q_pe", "c", "k_pe", "W_UK", "W_UV", "q_I", "k_I", "w", "dO"};
+
+const std::vector<const TensorSpec*>& specs() {
+  static const std::vector<const TensorSpec*> s = [] {
+    auto v = input_specs();
+    if (v.size() != std::size(kMembers)) throw std::logic_error("Inputs and the tensor catalogue disagree");
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i]->name != kMemberNames[i]) throw std::logic_error("Inputs and the tensor catalogue disagree");
+    return v;
+  }();
+  return s;
 }
 
+}  // namespace
+
 void Inputs::for_each(const std::function<void(const std::string&, TensorD&)>& f) {
-  TensorD* t[] = {&q_nope, &q_pe, &c, &k_pe, &W_UK, &W_UV, &q_I, &k_I, &w, &dO};
-  for (int i = 0; i < 10; ++i) f(kNames[i], *t[i]);
+  for (size_t i = 0; i < specs().size(); ++i) f(std::string(specs()[i]->name), this->*kMembers[i]);
 }
 
 void Inputs::for_each(const std::function<void(const std::string&, const TensorD&)>& f) const {
-  const TensorD* t[] = {&q_nope, &q_pe, &c, &k_pe, &W_UK, &W_UV, &q_I, &k_I, &w, &dO};
-  for (int i = 0; i < 10; ++i) f(kNames[i], *t[i]);
+  for (size_t i = 0; i < specs().size(); ++i) f(std::string(specs()[i]->name), this->*kMembers[i]);
 }
 
 Shape input_shape(const std::string& n, const Dims& d, int64_t tp) {
-  if (n == "q_nope") return {tp, d.H, d.Dn};
-  if (n == "q_pe") return {tp, d.H, d.R};
-  if (n == "c") return {tp, d.C};
-  if (n == "k_pe") return {tp, d.R};
-  if (n == "W_UK") return {d.H, d.Dn, d.C};
-  if (n == "W_UV") return {d.H, d.Dv, d.C};
-  if (n == "q_I") return {tp, d.HI, d.DI};
-  if (n == "k_I") return {tp, d.DI};
-  if (n == "w") return {tp, d.HI};
-  if (n == "dO") return {tp, d.H, d.Dv};
-  throw InvalidInput(n, "is not an input tensor of SPEC.md §0");
+  const TensorSpec* t = find_tensor(n);
+  if (!t || t->role != Role::input) throw InvalidInput(n, "is not an input tensor of SPEC.md §0");
+  return shape_of(*t, d, tp, 1);
 }
 
 Inputs zero_inputs(const Dims& d, int64_t tp) {

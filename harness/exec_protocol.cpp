@@ -1,5 +1,7 @@
 #include "harness/exec_protocol.hpp"
 
+#include "core/catalogue.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -25,31 +27,18 @@ TensorI to_tensor(const std::vector<int64_t>& v) {
 }  // namespace
 
 const std::vector<std::string>& output_names() {
-  static const std::vector<std::string> n = {"scores", "topk",    "O",     "O_lat", "lse",   "kl",
-                                             "loss",   "dq_nope", "dq_pe", "dW_UK", "dW_UV", "dc",
-                                             "dk_pe",  "dq_I",    "dk_I",  "dw"};
+  static const std::vector<std::string> n = [] {
+    std::vector<std::string> v;
+    for (const TensorSpec* t : result_specs()) v.emplace_back(t->name);
+    return v;
+  }();
   return n;
 }
 
 Shape output_shape(const std::string& n, const Problem& p, int64_t tp) {
-  const Dims& d = p.dims;
-  if (n == "scores") return {tp, tp};
-  if (n == "topk") return {tp, topk_width(p.topk, tp)};
-  if (n == "O") return {tp, d.H, d.Dv};
-  if (n == "O_lat") return {tp, d.H, d.C};
-  if (n == "lse") return {tp, d.H};
-  if (n == "kl") return {tp};
-  if (n == "loss") return {1};
-  if (n == "dq_nope") return {tp, d.H, d.Dn};
-  if (n == "dq_pe") return {tp, d.H, d.R};
-  if (n == "dW_UK") return {d.H, d.Dn, d.C};
-  if (n == "dW_UV") return {d.H, d.Dv, d.C};
-  if (n == "dc") return {tp, d.C};
-  if (n == "dk_pe") return {tp, d.R};
-  if (n == "dq_I") return {tp, d.HI, d.DI};
-  if (n == "dk_I") return {tp, d.DI};
-  if (n == "dw") return {tp, d.HI};
-  throw std::invalid_argument("not an output: " + n);
+  const TensorSpec* t = find_tensor(n);
+  if (!t || !t->is_result()) throw std::invalid_argument("not an output: " + n);
+  return shape_of(*t, p.dims, tp, p.topk);
 }
 
 st::File inputs_file(const Case& c, const Inputs& in, const std::optional<TensorI>& injected) {
