@@ -70,7 +70,8 @@ json read_json(const std::string& path) {
 
 int64_t count_files(const std::string& dir) {
   int64_t n = 0;
-  for (auto& e : fs::recursive_directory_iterator(dir)) n += e.path().extension() == ".json";
+  for (auto& e : fs::recursive_directory_iterator(dir))
+    n += e.path().extension() == ".json" && e.path().generic_string().find("/malformed/") == std::string::npos;
   return n;
 }
 
@@ -253,7 +254,9 @@ TEST(Cli, FuzzPathFlagRestrictsRandomCasesAndRecordsThem) {
   EXPECT_GT(explicit_cases, 0);
   r = dsa(base + "--path explicit --report c.json", d);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  for (auto& c : read_json(d + "/c.json")["cases"]) EXPECT_EQ(c["case"]["path"], "explicit") << c["description"];
+  // (bound first: a range-for over a member of a temporary reads freed memory before C++23)
+  const json c_report = read_json(d + "/c.json");
+  for (auto& c : c_report["cases"]) EXPECT_EQ(c["case"]["path"], "explicit") << c["description"];
   // replay draws no random case: null.
   r = dsa("replay " + q(kSource + "/cases/edge/shorter_than_k.json") + " --backend lowp --report e.json", d);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
