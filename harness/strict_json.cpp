@@ -31,6 +31,14 @@ std::string path_of(const std::vector<Frame>& stack) {
   return p;
 }
 
+// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 84: syntax error ..."
+// without the prefix (the byte is given apart).
+std::string what_went_wrong(const std::string& w) {
+  const size_t col = w.find("column ");
+  const size_t colon = col == std::string::npos ? std::string::npos : w.find(": ", col);
+  return colon == std::string::npos ? w : w.substr(colon + 2);
+}
+
 }  // namespace
 
 json parse_strict_json(const std::string& text, int max_depth) {
@@ -43,7 +51,9 @@ json parse_strict_json(const std::string& text, int max_depth) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
         if (static_cast<int>(stack.size()) >= max_depth)
-          throw JsonRefused(path_of(stack), "nests deeper than " + std::to_string(max_depth) + " levels");
+          // Named by its top-level field: the full path would be max_depth components long.
+          throw JsonRefused(stack.front().object ? text::one_line(stack.front().key, 80) : std::string(),
+                            "nests deeper than " + std::to_string(max_depth) + " levels");
         stack.push_back(Frame{ev == json::parse_event_t::object_start, {}, {}, 0});
         break;
       case json::parse_event_t::key: {
@@ -70,7 +80,7 @@ json parse_strict_json(const std::string& text, int max_depth) {
     const std::string where = path_of(stack);
     throw JsonRefused("", "not valid JSON at byte " + std::to_string(e.byte) +
                               (where.empty() ? std::string() : " (after " + where + ")") + ": " +
-                              text::one_line(e.what(), 120));
+                              text::one_line(what_went_wrong(e.what()), 120));
   } catch (const json::exception& e) {  // e.g. out_of_range 406: a number beyond double (1e400)
     const std::string where = path_of(stack);
     throw JsonRefused(where, "cannot be read as JSON: " + text::one_line(e.what(), 120));
