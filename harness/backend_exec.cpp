@@ -73,7 +73,8 @@ struct Captured {
     std::string s = tail;
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
     if (s.empty()) return "(empty)";
-    std::string t = text::safe_tail(s, max_bytes);
+    // Control characters (escape sequences, NUL) shown as \xNN: the text goes to terminals and XML.
+    std::string t = text::one_line(text::safe_tail(s, max_bytes), 2 * max_bytes);
     if (total > tail.size()) t = "(" + std::to_string(total) + " bytes in all) " + t;
     return t;
   }

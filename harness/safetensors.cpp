@@ -116,6 +116,10 @@ File parse(const std::vector<uint8_t>& b, const std::string& what) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) fail(what, "two tensors' data_offsets overlap");
+  // As the safetensors reference requires: the data is entirely indexed, nothing after the last tensor.
+  const uint64_t end = ranges.empty() ? 0 : ranges.back().second;
+  if (end != data_size)
+    fail(what, std::to_string(data_size - end) + " bytes follow the last tensor's data (trailing bytes)");
   return f;
 }
 
