@@ -184,7 +184,9 @@ TEST(HostileExec, EveryFailureModeEndsCleanly) {
     int seen = 0;
     for (pid_t pid; pid_file >> pid; ++seen) EXPECT_TRUE(check(dead(pid))) << "pid " << pid << " still runs";
     if (mode != "deletes_its_folder") { EXPECT_GE(seen, 1); }
-    if (mode.rfind("stray_child", 0) { == 0) EXPECT_TRUE(check(seen >= 2)) << "the stray child's pid was not recorded"; }
+    if (mode.rfind("stray_child", 0) == 0) {
+      EXPECT_TRUE(check(seen >= 2)) << "the stray child's pid was not recorded";
+    }
     handled += ok;
   }
   std::printf("hostile modes handled: %d / %zu\n", handled, modes.size());
