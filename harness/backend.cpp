@@ -2,10 +2,20 @@
 #include "harness/backend.hpp"
 
 #include "core/errors.hpp"
+#include "harness/text.hpp"
 
 namespace dsa {
 
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt) {
+  // --comm: the communicators that exist. mpi (one process per rank, DESIGN.md) is not built yet:
+  // refused by name rather than silently running the CPU ranks in process.
+  require(opt.comm != "mpi", "--comm",
+          "mpi is not available in this build (no MPI launcher yet); use nccl, local or auto");
+  require(opt.comm == "auto" || opt.comm == "nccl" || opt.comm == "local", "--comm",
+          "must be one of nccl|local|auto, got " + text::quoted(opt.comm));
+  require(opt.comm == "auto" || spec == "cuda" || spec == "auto", "--comm",
+          "chooses the communicator of the cuda backend; backend " + text::quoted(spec) +
+              " runs its ranks in process (leave --comm out or set it to auto)");
   if (spec == "reference") return make_reference_backend(spec, Precision::exact);
   if (spec == "lowp") return make_reference_backend(spec, Precision::bf16);
   if (spec == "cuda") return make_cuda_backend(opt);
@@ -16,7 +26,7 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOpti
     require(spec.size() > 5, "backend", "exec: needs a command, e.g. exec:\"python3 my_kernel.py\"");
     return make_exec_backend(spec.substr(5), opt);
   }
-  throw InvalidInput("backend", "must be one of reference|lowp|cuda|auto|mutant:NAME|exec:CMD, got '" + spec + "'");
+  throw InvalidInput("backend", "must be one of reference|lowp|cuda|auto|mutant:NAME|exec:CMD, got " + text::quoted(spec));
 }
 
 }  // namespace dsa

@@ -1,11 +1,14 @@
 // The `exec:CMD` backend: any external implementation, through the folder protocol of
 // harness/exec_protocol.hpp. The command runs through /bin/sh in its own process group, with a
-// time limit; its stderr is kept for the failure message.
+// time limit that covers reading its outputs too; the group is killed when the limit passes and
+// when the command exits. The tail of its stdout and stderr is kept for the failure message.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 
 #include "harness/backend.hpp"
 #include "harness/exec_protocol.hpp"
+#include "harness/text.hpp"
 
 namespace dsa {
 
@@ -30,17 +34,8 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::string tail_of(const std::string& path, size_t max_chars = 4000) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  if (s.size() > max_chars) s = "..." + s.substr(s.size() - max_chars);
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s.empty() ? "(empty)" : s;
-}
-
 // A fresh folder under $TMPDIR (or /tmp), removed on scope exit unless DSA_KEEP_EXEC_DIR is set.
+// The command may have taken permissions away inside it (chmod 000): they are given back first.
 struct TempFolder {
   std::string path;
   TempFolder() {
@@ -52,7 +47,36 @@ struct TempFolder {
   ~TempFolder() {
     if (std::getenv("DSA_KEEP_EXEC_DIR")) return;
     std::error_code ec;
+    if (fs::is_directory(fs::symlink_status(path, ec))) {
+      fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+      for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (!it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    }
     fs::remove_all(path, ec);
+  }
+};
+
+// What the command wrote to stdout and stderr (one pipe): only the last kKeep bytes are kept, so
+// 10 GB of output costs neither memory nor disk.
+struct Captured {
+  static constexpr size_t kKeep = 64 * 1024;
+  std::string tail;
+  uint64_t total = 0;
+  void add(const char* b, size_t n) {
+    total += n;
+    tail.append(b, n);
+    if (tail.size() > 2 * kKeep) tail.erase(0, tail.size() - kKeep);
+  }
+  // Valid UTF-8, at most max_bytes, one paragraph: what goes into messages, reports and JUnit.
+  std::string text(size_t max_bytes = 4000) const {
+    std::string s = tail;
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (s.empty()) return "(empty)";
+    // Control characters (escape sequences, NUL) shown as \xNN: the text goes to terminals and XML.
+    std::string t = text::one_line(text::safe_tail(s, max_bytes), 2 * max_bytes);
+    if (total > tail.size()) t = "(" + std::to_string(total) + " bytes in all) " + t;
+    return t;
   }
 };
 
@@ -61,32 +85,57 @@ struct Exit {
   int status = 0;
 };
 
-// Runs `sh -c LINE` with stdout and stderr redirected to files; kills its whole process group
-// when the time limit passes.
-Exit run_shell(const std::string& line, const std::string& out_path, const std::string& err_path, double timeout_s) {
+// Reads what is available on fd within wait_ms; false at end of file.
+bool pump(int fd, Captured& cap, int wait_ms) {
+  pollfd p{fd, POLLIN, 0};
+  const int r = poll(&p, 1, wait_ms);
+  if (r <= 0) return true;
+  char buf[1 << 16];
+  const ssize_t n = read(fd, buf, sizeof buf);
+  if (n > 0) {
+    cap.add(buf, size_t(n));
+    return true;
+  }
+  return n < 0 && (errno == EINTR || errno == EAGAIN);
+}
+
+// Runs `sh -c LINE` in a process group of its own, stdout and stderr into one pipe. When the time
+// limit passes, and also when the shell exits (a backend may leave children behind), its whole
+// process group is killed: nothing it started outlives the run.
+Exit run_shell(const std::string& line, Captured& cap, std::chrono::steady_clock::time_point deadline) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("exec: pipe failed");
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("exec: fork failed");
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw std::runtime_error("exec: fork failed");
+  }
   if (pid == 0) {  // only async-signal-safe calls until exec
     setpgid(0, 0);
-    const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int n = open("/dev/null", O_RDONLY);
-    if (o < 0 || e < 0 || n < 0) _exit(126);
+    if (n < 0) _exit(126);
     dup2(n, 0);
-    dup2(o, 1);
-    dup2(e, 2);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
     execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill
-  const auto t0 = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(200);
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   Exit ex;
+  bool open_pipe = true;
   for (;;) {
     const pid_t r = waitpid(pid, &ex.status, WNOHANG);
     if (r == pid) break;
-    if (r < 0 && errno != EINTR) throw std::runtime_error("exec: waitpid failed");
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+    if (r < 0 && errno != EINTR) {
+      kill(-pid, SIGKILL);
+      close(fds[0]);
+      throw std::runtime_error("exec: waitpid failed");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       while (waitpid(pid, &ex.status, 0) < 0 && errno == EINTR) {
@@ -94,9 +143,20 @@ Exit run_shell(const std::string& line, const std::string& out_path, const std::
       ex.timed_out = true;
       break;
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    const int wait_ms = int(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count(), 1, 20));
+    if (open_pipe)
+      open_pipe = pump(fds[0], cap, wait_ms);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
+  // The shell is gone; whatever it left running in its group goes too.
+  kill(-pid, SIGKILL);
+  // Drain what is left; a process that escaped the group (setsid) and keeps the pipe open is not
+  // waited for beyond a short grace.
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (open_pipe && std::chrono::steady_clock::now() < grace) open_pipe = pump(fds[0], cap, 20);
+  close(fds[0]);
   return ex;
 }
 
@@ -112,19 +172,24 @@ class ExecBackend final : public Backend {
     TempFolder dir;
     exec::write_inputs(dir.path, c, in, injected);
     const std::string line = command_ + " " + shell_quote(dir.path);
-    const std::string err = dir.path + "/.stderr", out = dir.path + "/.stdout";
     const auto t0 = std::chrono::steady_clock::now();
-    const Exit ex = run_shell(line, out, err, timeout_s_);
+    // One time limit for the command and for reading what it wrote.
+    const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(std::min(timeout_s_, 1e9)));
+    Captured cap;
+    const Exit ex = run_shell(line, cap, deadline);
     BackendRun r;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Everything from outside (the command line, its output) is made valid UTF-8 and capped here:
+    // the message goes to the terminal, the JSON report and JUnit XML.
     auto failure = [&](const std::string& what) {
-      return std::runtime_error("exec: `" + line + "` " + what + "; stderr (tail): " + tail_of(err));
+      return std::runtime_error(text::safe("exec: `" + text::safe(line, 1000) + "` " + what +
+                                               "; stderr (tail): " + cap.text(),
+                                           8000));
     };
-    if (ex.timed_out) {
-      std::ostringstream s;
-      s << "timed out after " << timeout_s_ << " s";
-      throw failure(s.str());
-    }
+    std::ostringstream limit;
+    limit << "timed out after " << timeout_s_ << " s";
+    if (ex.timed_out) throw failure(limit.str());
     if (WIFSIGNALED(ex.status)) throw failure("was killed by signal " + std::to_string(WTERMSIG(ex.status)));
     if (const int code = WEXITSTATUS(ex.status); code != 0) {
       // The shell reports a child killed by signal N as 128 + N.
@@ -132,9 +197,12 @@ class ExecBackend final : public Backend {
       throw failure("exited with status " + std::to_string(code) + sig);
     }
     try {
-      r.result = exec::read_outputs(dir.path + "/outputs.safetensors", c);
+      r.result = exec::read_outputs(dir.path + "/outputs.safetensors", c, deadline);
     } catch (const std::exception& e) {
-      throw failure(std::string("wrote a bad outputs file: ") + e.what());
+      const std::string why = e.what();
+      if (why.find("timed out while reading") != std::string::npos)
+        throw failure(limit.str() + " (while reading its outputs)");
+      throw failure(std::string("wrote a bad outputs file: ") + text::safe(why, 2000));
     }
     return r;
   }

@@ -5,12 +5,17 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "core/errors.hpp"
 #include "core/layout.hpp"
+#include "harness/bounds.hpp"
+#include "harness/safe_file.hpp"
+#include "harness/strict_json.hpp"
+#include "harness/text.hpp"
 
 namespace dsa {
 
@@ -32,7 +37,7 @@ const json& object_at(const json& v, const std::string& path, std::initializer_l
   for (auto it = v.begin(); it != v.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok = ok || it.key() == k;
-    require(ok, join(path, it.key()), "unknown field");
+    require(ok, join(path, text::one_line(it.key(), 80)), "unknown field");
   }
   return v;
 }
@@ -70,6 +75,10 @@ std::string as_string(const json& v, const std::string& path) {
   return v.get<std::string>();
 }
 
+// A string that must be one of a few short names: capped first, so that an error quoting it
+// quotes at most ~80 bytes of it (no valid name is that long).
+std::string as_name(const json& v, const std::string& path) { return text::safe(as_string(v, path), 80); }
+
 template <class F>
 void opt(const json& obj, const char* key, const std::string& path, F&& set) {
   if (const json* v = member(obj, key)) set(*v, join(path, key));
@@ -93,7 +102,8 @@ Case case_from_json(const json& j) {
   const json* schema = member(j, "schema");
   require(schema != nullptr, "schema", std::string("is required and must be \"") + kCaseSchema + "\"");
   require(schema->is_string() && schema->get<std::string>() == kCaseSchema, "schema",
-          std::string("must be \"") + kCaseSchema + "\", got " + schema->dump());
+          std::string("must be \"") + kCaseSchema + "\", got " +
+              (schema->is_string() ? text::quoted(schema->get<std::string>()) : got(*schema)));
 
   Case c;
   Problem& p = c.problem;
@@ -107,20 +117,18 @@ Case case_from_json(const json& j) {
   require(seqlens != nullptr, "seqlens", "is required (a list of sequence lengths)");
   require(seqlens->is_array(), "seqlens", "must be an array of integers, got " + got(*seqlens));
   require(!seqlens->empty(), "seqlens", "must list at least one sequence");
-  int64_t total = 0;
   for (size_t i = 0; i < seqlens->size(); ++i) {
     const std::string f = "seqlens[" + std::to_string(i) + "]";
     const int64_t len = as_int((*seqlens)[i], f);
     require(len >= 0, f, "must be >= 0, got " + std::to_string(len));
     require(len <= INT32_MAX / 2, f, "must be at most 2^30, got " + std::to_string(len));
-    total += len;
     p.seqlens.push_back(len);
   }
 
   opt(j, "cp", "", [&](const json& v, const std::string& path) {
     object_at(v, path, {"size", "layout", "pad_multiple"});
     opt(v, "size", path, [&](const json& x, const std::string& f) { p.cp.size = bounded_int(x, f, kMaxCp); });
-    opt(v, "layout", path, [&](const json& x, const std::string& f) { p.cp.layout = parse_layout(as_string(x, f), f); });
+    opt(v, "layout", path, [&](const json& x, const std::string& f) { p.cp.layout = parse_layout(as_name(x, f), f); });
     opt(v, "pad_multiple", path,
         [&](const json& x, const std::string& f) { p.cp.pad_multiple = bounded_int(x, f, 1 << 20); });
   });
@@ -141,11 +149,11 @@ Case case_from_json(const json& j) {
   opt(j, "relu", "", [&](const json& v, const std::string& f) { p.relu = as_bool(v, f); });
   opt(j, "loss", "", [&](const json& v, const std::string& path) {
     object_at(v, path, {"mode", "coeff"});
-    opt(v, "mode", path, [&](const json& x, const std::string& f) { p.loss = parse_loss_mode(as_string(x, f), f); });
+    opt(v, "mode", path, [&](const json& x, const std::string& f) { p.loss = parse_loss_mode(as_name(x, f), f); });
     opt(v, "coeff", path, [&](const json& x, const std::string& f) { p.coeff = as_number(x, f); });
   });
-  opt(j, "path", "", [&](const json& v, const std::string& f) { p.path = parse_path(as_string(v, f), f); });
-  opt(j, "pad_rows", "", [&](const json& v, const std::string& f) { p.pad_rows = parse_pad_rows(as_string(v, f), f); });
+  opt(j, "path", "", [&](const json& v, const std::string& f) { p.path = parse_path(as_name(v, f), f); });
+  opt(j, "pad_rows", "", [&](const json& v, const std::string& f) { p.pad_rows = parse_pad_rows(as_name(v, f), f); });
 
   InitSpec& in = c.init;
   opt(j, "init", "", [&](const json& v, const std::string& path) {
@@ -154,7 +162,7 @@ Case case_from_json(const json& j) {
     opt(v, "distribution", path, [&](const json& x, const std::string& f) {
       in.distribution = as_string(x, f);
       require(in.distribution == "normal" || in.distribution == "uniform", f,
-              "must be one of normal|uniform, got '" + in.distribution + "'");
+              "must be one of normal|uniform, got " + text::quoted(in.distribution));
     });
     opt(v, "scale", path, [&](const json& x, const std::string& f) {
       in.scale = as_number(x, f);
@@ -181,19 +189,18 @@ Case case_from_json(const json& j) {
       const std::string f = path + "[" + std::to_string(i) + "]";
       const std::string s = as_string(v[i], f);
       const std::optional<Stage> st = parse_stage(s);
-      require(st.has_value(), f, "unknown stage '" + s + "', must be one of " + allowed);
+      require(st.has_value(), f, "unknown stage " + text::quoted(s) + ", must be one of " + allowed);
       require(!c.checks(*st), f, "stage '" + s + "' is listed twice");
       c.stages.push_back(*st);
     }
   });
   opt(j, "note", "", [&](const json& v, const std::string& f) { c.note = as_string(v, f); });
 
-  // Problem rules, then the layout's (lengths, cp, pad_multiple), then the case's own.
+  // Bounds from the numbers alone (rows, bytes, visible pairs: harness/bounds.hpp) before any
+  // layout is built, then the problem rules, then the layout's (lengths, cp, pad_multiple), then
+  // the case's own.
+  check_bounds(p);
   validate(p);
-  // Bound the stream before make_layout allocates it: each sequence pads by < pad_multiple rows.
-  const int64_t pad = std::max<int64_t>(p.cp.effective_pad_multiple(), 1) * p.cp.size;
-  require(total + int64_t(p.seqlens.size() + 1) * pad <= INT32_MAX, "seqlens",
-          "the padded stream must hold fewer than 2^31 rows");
   const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
   int64_t elements = 0;
   for (const char* n : {"q_nope", "q_pe", "c", "k_pe", "W_UK", "W_UV", "q_I", "k_I", "w", "dO"})
@@ -207,15 +214,19 @@ Case case_from_json(const json& j) {
 }
 
 Case load_case(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  require(f.good(), path, "cannot open the case file");
-  std::stringstream ss;
-  ss << f.rdbuf();
+  // A case file is small: a regular file of at most 1 MiB, a symlink only into its own folder.
+  SafeRead opt;
+  opt.max_bytes = kMaxCaseFileBytes;
+  opt.confine_to = std::filesystem::path(path).parent_path().string();
+  if (opt.confine_to.empty()) opt.confine_to = ".";
   json j;
   try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InvalidInput("case", "not valid JSON at byte " + std::to_string(e.byte) + " of " + path);
+    j = parse_strict_json(read_file_safely(path, opt));
+  } catch (const FileRefused& e) {
+    throw InvalidInput("case", "the case file " + text::quoted(path, 200) + " " + e.rule);
+  } catch (const JsonRefused& e) {
+    if (e.field.empty()) throw InvalidInput("case", e.rule + " in " + text::quoted(path, 200));
+    throw InvalidInput(e.field, e.rule);
   }
   return case_from_json(j);
 }
@@ -258,7 +269,7 @@ json to_json(const Case& c) {
 void save_case(const Case& c, const std::string& path) {
   std::ofstream f(path, std::ios::binary);
   require(f.good(), path, "cannot write the case file");
-  f << to_json(c).dump(2) << "\n";
+  f << to_json(c).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   require(f.good(), path, "writing the case file failed");
 }
 

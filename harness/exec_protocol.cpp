@@ -9,6 +9,9 @@
 
 #include "core/errors.hpp"
 #include "core/layout.hpp"
+#include "harness/bounds.hpp"
+#include "harness/safe_file.hpp"
+#include "harness/text.hpp"
 
 namespace dsa::exec {
 
@@ -63,7 +66,10 @@ void write_inputs(const std::string& folder, const Case& c, const Inputs& in, co
 FolderInputs read_inputs(const std::string& folder) {
   FolderInputs r{load_case(folder + "/case.json"), {}, std::nullopt};
   const std::string path = folder + "/inputs.safetensors";
-  const st::File f = st::read_file(path);
+  SafeRead opt;
+  opt.max_bytes = max_inputs_file_bytes(r.c.problem);
+  opt.confine_to = folder;
+  const st::File f = st::read_file(path, opt);
   const StreamLayout L = layout_of(r.c);
   auto get = [&](const std::string& n) -> const st::Entry& {
     auto it = f.tensors.find(n);
@@ -102,9 +108,16 @@ st::File outputs_file(const Result& r, FloatOut policy) {
   return f;
 }
 
-Result read_outputs(const std::string& path, const Case& c) {
-  if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": the command wrote no outputs file");
-  const st::File f = st::read_file(path);
+Result read_outputs(const std::string& path, const Case& c,
+                    std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
+    throw std::runtime_error(path + ": the command wrote no outputs file");
+  SafeRead opt;
+  opt.max_bytes = max_outputs_file_bytes(c.problem);
+  opt.confine_to = std::filesystem::path(path).parent_path().string();
+  opt.deadline = deadline;
+  const st::File f = st::read_file(path, opt);
   const int64_t tp = layout_of(c).tp;
   Result r;
   for (auto& kv : f.tensors) {
@@ -114,7 +127,7 @@ Result read_outputs(const std::string& path, const Case& c) {
     if (std::find(names.begin(), names.end(), n) == names.end()) {
       std::string all;
       for (auto& x : names) all += (all.empty() ? "" : ", ") + x;
-      throw std::runtime_error(path + ": unknown output '" + n + "' (outputs are " + all + ")");
+      throw std::runtime_error(path + ": unknown output " + text::quoted(n) + " (outputs are " + all + ")");
     }
     const Shape want = output_shape(n, c.problem, tp);
     if (e.shape != want)

@@ -8,6 +8,7 @@
 // stream order; topk I32, every other output F32, BF16 or F64. A missing output is not checked.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,7 +43,11 @@ enum class FloatOut {
 };
 st::File outputs_file(const Result& r, FloatOut policy);
 // Parses an outputs file against the case: unknown names, wrong dtypes and wrong shapes are
-// std::runtime_error; outputs not in the file stay empty in the Result.
-Result read_outputs(const std::string& path, const Case& c);
+// std::runtime_error; outputs not in the file stay empty in the Result. The file is read only as a
+// regular file inside its folder (a symlink out of it, a FIFO, a device or a directory is refused),
+// of at most bounds' max_outputs_file_bytes (every output at F64 plus header room), and by the
+// deadline ("timed out" in the message otherwise).
+Result read_outputs(const std::string& path, const Case& c,
+                    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 }  // namespace dsa::exec

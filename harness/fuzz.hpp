@@ -43,7 +43,8 @@ ProfileDefaults profile_defaults(const std::string& profile);
 // The corpus replayed by default: DSA_SOURCE_DIR/cases when it exists, else "".
 std::string default_corpus();
 
-// Every *.json under dir (recursively): edge/ first, then regressions/, then the rest, each sorted.
+// Every *.json under dir (recursively): edge/ first, then regressions/, then the rest, each sorted;
+// malformed/ (the corpus of inputs that must be refused, cases/malformed/) is left out.
 // A dir that is a file yields itself. Throws InvalidInput(field, ...) when dir does not exist.
 std::vector<std::string> corpus_files(const std::string& dir, const std::string& field);
 

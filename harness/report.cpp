@@ -16,6 +16,7 @@
 
 #include "harness/backend.hpp"
 #include "core/errors.hpp"
+#include "harness/text.hpp"
 
 #ifdef DSA_HAVE_CUDA
 #include "fused/device.hpp"
@@ -54,7 +55,9 @@ json paths_json(const std::vector<Path>& paths) {
   return a;
 }
 
-std::string xml_escape(const std::string& s) {
+// Backend messages and paths come from outside: made valid UTF-8 first (text::safe), then escaped.
+std::string xml_escape(const std::string& raw) {
+  const std::string s = text::safe(raw);
   std::string o;
   for (char ch : s) switch (ch) {
       case '&': o += "&amp;"; break;
@@ -148,12 +151,12 @@ json record_json(const CaseRecord& r) {
     if (t.status == CheckStatus::not_checked) not_checked.push_back(t.tensor);
   }
   json j = {{"index", r.index},
-            {"origin", r.origin},
+            {"origin", text::safe(r.origin, 4000)},
             {"description", describe(r.c)},
             {"case", to_json(r.c)},
             {"verdict", name(v.verdict)},
             {"bucket", v.bucket.empty() ? json(nullptr) : json(v.bucket)},
-            {"message", v.message},
+            {"message", text::safe(v.message, 16000)},  // a backend's words: valid UTF-8, capped
             {"tensors", tensors},
             {"not_checked", not_checked},
             {"timings", {{"backend_s", v.backend_s}, {"oracle_s", v.oracle_s}, {"compare_s", v.compare_s}}},

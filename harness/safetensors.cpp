@@ -12,6 +12,8 @@
 #include "core/bf16.hpp"
 #include "harness/philox.hpp"
 #include "core/result.hpp"
+#include "harness/strict_json.hpp"
+#include "harness/text.hpp"
 
 namespace dsa::st {
 
@@ -60,9 +62,11 @@ File parse(const std::vector<uint8_t>& b, const std::string& what) {
   if (hlen > b.size() - 8) fail(what, "header length " + std::to_string(hlen) + " exceeds the file size");
   json h;
   try {
-    h = json::parse(b.begin() + 8, b.begin() + 8 + int64_t(hlen));
-  } catch (const json::parse_error& e) {
-    fail(what, "header is not valid JSON at byte " + std::to_string(e.byte));
+    h = parse_strict_json(std::string(b.begin() + 8, b.begin() + 8 + int64_t(hlen)));
+  } catch (const JsonRefused& e) {
+    const bool syntax = e.rule.rfind("not valid JSON", 0) == 0;
+    fail(what, syntax ? "header is " + e.rule
+                      : "header: " + (e.field.empty() ? std::string() : "tensor " + e.field + ": ") + e.rule);
   }
   if (!h.is_object()) fail(what, "header is not a JSON object");
   const uint64_t data_size = b.size() - 8 - hlen;
@@ -75,22 +79,22 @@ File parse(const std::vector<uint8_t>& b, const std::string& what) {
     if (n == "__metadata__") {
       if (!v.is_object()) fail(what, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) fail(what, "__metadata__." + m.key() + " is not a string");
+        if (!m.value().is_string()) fail(what, "__metadata__." + text::one_line(m.key(), 80) + " is not a string");
         f.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string t = "tensor '" + n + "'";
+    const std::string t = "tensor " + text::quoted(n);
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       fail(what, t + " needs dtype, shape and data_offsets");
     Entry e;
     if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), e.dtype))
-      fail(what, t + " has dtype " + v["dtype"].dump() + "; supported: BF16, F32, F64, I32");
+      fail(what, t + " has dtype " + text::one_line(v["dtype"].dump(), 80) + "; supported: BF16, F32, F64, I32");
     if (!v["shape"].is_array()) fail(what, t + " shape is not an array");
     uint64_t count = 1;
     for (const json& d : v["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
-        fail(what, t + " shape holds " + d.dump() + ", not a non-negative integer");
+        fail(what, t + " shape holds " + text::one_line(d.dump(), 80) + ", not a non-negative integer");
       const uint64_t x = d.get<uint64_t>();
       if (x != 0 && count > (uint64_t(1) << 40) / x) fail(what, t + " shape is too large");
       count *= x;
@@ -113,14 +117,28 @@ File parse(const std::vector<uint8_t>& b, const std::string& what) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) fail(what, "two tensors' data_offsets overlap");
+  // As the safetensors reference requires: the data is entirely indexed, nothing after the last tensor.
+  const uint64_t end = ranges.empty() ? 0 : ranges.back().second;
+  if (end != data_size)
+    fail(what, std::to_string(data_size - end) + " bytes follow the last tensor's data (trailing bytes)");
   return f;
 }
 
 File read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) throw std::runtime_error(path + ": cannot open");
-  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(b, path);
+  SafeRead opt;
+  opt.max_bytes = uint64_t{64} << 30;
+  return read_file(path, opt);
+}
+
+File read_file(const std::string& path, const SafeRead& opt) {
+  std::string text;
+  try {
+    text = read_file_safely(path, opt);
+  } catch (const FileRefused& e) {
+    throw std::runtime_error(e.what());
+  }
+  const std::vector<uint8_t> b(text.begin(), text.end());
+  return parse(b, text::one_line(path, 200));
 }
 
 std::vector<uint8_t> serialize(const File& f) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "harness/safe_file.hpp"
 
 namespace dsa::st {
 
@@ -29,7 +30,11 @@ struct File {
 
 // Throws std::runtime_error naming the file and what is malformed (truncated, bad header JSON,
 // unknown dtype, offsets out of range or overlapping, size not matching the shape).
+// The header must be strict JSON: a tensor named twice (or any duplicate key) and nesting deeper
+// than 64 levels are refused. read_file opens only a regular file (harness/safe_file.hpp), of at
+// most opt.max_bytes (the default: 64 GiB), within opt.deadline.
 File read_file(const std::string& path);
+File read_file(const std::string& path, const SafeRead& opt);
 File parse(const std::vector<uint8_t>& bytes, const std::string& what = "safetensors");
 void write_file(const std::string& path, const File& f);
 std::vector<uint8_t> serialize(const File& f);

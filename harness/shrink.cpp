@@ -1,6 +1,7 @@
 #include "harness/shrink.hpp"
 
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include "harness/bucket.hpp"
@@ -77,15 +78,36 @@ std::vector<Case> shrink_candidates(const Case& c, std::optional<Stage> failing_
     x.stages = {*failing_stage};
     add(x);
   }
-  // Fewer sequences: keep one, then drop one.
+  // Fewer sequences: keep one, then drop one. Each candidate costs O(n), so with many sequences
+  // (thousands of zero-length ones) the per-sequence candidates are bounded: halves first, then
+  // only distinct lengths (keeping or dropping one of equal neighbours gives the same case), at
+  // most kPerSequence positions. Candidates stay O(n · kPerSequence), never O(n²).
+  constexpr size_t kPerSequence = 64;
   const size_t n = p.seqlens.size();
   if (n > 1) {
-    for (size_t i = 0; i < n; ++i) {
+    if (n > 4) {
+      for (bool first_half : {true, false}) {
+        Case x = c;
+        auto& s = x.problem.seqlens;
+        if (first_half)
+          s.erase(s.begin() + static_cast<std::ptrdiff_t>(n / 2), s.end());
+        else
+          s.erase(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n / 2));
+        add(x);
+      }
+    }
+    std::vector<size_t> keep, drop;  // first index of each distinct length; first of each run
+    std::set<int64_t> seen;
+    for (size_t i = 0; i < n && keep.size() < kPerSequence; ++i)
+      if (seen.insert(p.seqlens[i]).second) keep.push_back(i);
+    for (size_t i = 0; i < n && drop.size() < kPerSequence; ++i)
+      if (i == 0 || p.seqlens[i] != p.seqlens[i - 1]) drop.push_back(i);
+    for (size_t i : keep) {
       Case x = c;
       x.problem.seqlens = {p.seqlens[i]};
       add(x);
     }
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i : drop) {
       Case x = c;
       x.problem.seqlens.erase(x.problem.seqlens.begin() + static_cast<std::ptrdiff_t>(i));
       add(x);
@@ -104,13 +126,14 @@ std::vector<Case> shrink_candidates(const Case& c, std::optional<Stage> failing_
     x.problem.cp.pad_multiple = 0;
     add(x);
   }
-  // Shorter sequences.
-  for (size_t i = 0; i < n; ++i)
+  // Shorter sequences (zero-length ones have none; at most kPerSequence of the others).
+  for (size_t i = 0, tried = 0; i < n && tried < kPerSequence; ++i)
     for (int64_t len : {p.seqlens[i] / 2, p.seqlens[i] - 1, p.seqlens[i] - 2}) {  // −2 keeps the parity (padding)
       if (len < 0 || len >= p.seqlens[i]) continue;
       Case x = c;
       x.problem.seqlens[i] = len;
       add(x);
+      tried += len == p.seqlens[i] / 2;
     }
   // Fewer heads, smaller dims, smaller K.
   int64_t Dims::*dims[] = {&Dims::H, &Dims::HI, &Dims::C, &Dims::Dn, &Dims::Dv, &Dims::R, &Dims::DI};

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/errors.hpp"
+#include "harness/text.hpp"
 
 namespace dsa::cli {
 
@@ -10,7 +11,15 @@ int64_t parse_int(const std::string& text, const std::string& field) {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   require(ec == std::errc() && end == text.data() + text.size() && !text.empty(), field,
-          "must be an integer, got '" + text + "'");
+          "must be an integer, got " + text::quoted(text));
+  return v;
+}
+
+uint64_t parse_uint64(const std::string& text, const std::string& field) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  require(ec == std::errc() && end == text.data() + text.size() && !text.empty(), field,
+          "must be an integer from 0 to 18446744073709551615, got " + text::quoted(text));
   return v;
 }
 
@@ -64,16 +73,21 @@ int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min_val
   return x;
 }
 
+uint64_t Args::get_uint64(const std::string& name, uint64_t fallback) const {
+  auto v = get(name);
+  return v ? parse_uint64(*v, "--" + name) : fallback;
+}
+
 double Args::get_double(const std::string& name, double fallback) const {
   auto v = get(name);
   if (!v) return fallback;
   try {
     size_t used = 0;
     double x = std::stod(*v, &used);
-    require(used == v->size(), "--" + name, "must be a number, got '" + *v + "'");
+    require(used == v->size(), "--" + name, "must be a number, got " + text::quoted(*v));
     return x;
   } catch (const std::logic_error&) {
-    throw InvalidInput("--" + name, "must be a number, got '" + *v + "'");
+    throw InvalidInput("--" + name, "must be a number, got " + text::quoted(*v));
   }
 }
 

@@ -22,6 +22,7 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback, int64_t min_value = INT64_MIN) const;
+  uint64_t get_uint64(const std::string& name, uint64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;  // "5,11,0"
   // Exactly n positional arguments, named for the error message.
@@ -34,5 +35,7 @@ class Args {
 };
 
 int64_t parse_int(const std::string& text, const std::string& field);
+// 0 … 2^64 − 1 (seeds, limits).
+uint64_t parse_uint64(const std::string& text, const std::string& field);
 
 }  // namespace dsa::cli

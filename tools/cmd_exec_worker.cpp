@@ -7,12 +7,14 @@
 #include "core/errors.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/limit_args.hpp"
 
 namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"backend"});
+  Args a(argc, argv, with_limit_flags({"backend"}));
+  apply_limit_flags(a);
   a.expect_positional({"FOLDER"});
   const std::string folder = a.positional()[0];
   const std::string spec = a.get_or("backend", "lowp");
@@ -25,7 +27,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg({"exec-worker", "[--backend lowp|reference|mutant:NAME|cuda] FOLDER",
+RegisterCommand reg({"exec-worker", "[--backend lowp|reference|mutant:NAME|cuda] [--max-bytes N] [--max-pairs N] FOLDER",
                      "implement the exec:CMD protocol: read FOLDER/case.json and inputs.safetensors, "
                      "write FOLDER/outputs.safetensors",
                      run});

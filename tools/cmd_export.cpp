@@ -9,12 +9,14 @@
 #include "core/errors.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/limit_args.hpp"
 
 namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"out"});
+  Args a(argc, argv, with_limit_flags({"out"}));
+  apply_limit_flags(a);
   a.expect_positional({"CASE.json"});
   const auto out = a.get("out");
   require(out.has_value(), "--out", "is required (the folder to write)");
@@ -30,7 +32,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg({"export", "CASE.json --out DIR",
+RegisterCommand reg({"export", "CASE.json --out DIR [--max-bytes N] [--max-pairs N]",
                      "write DIR/case.json, DIR/inputs.safetensors (BF16 inputs) and DIR/exact.safetensors "
                      "(the exact reference's outputs, F64)",
                      run});

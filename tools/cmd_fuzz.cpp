@@ -13,12 +13,15 @@ int run(int argc, char** argv) {
   Args a(argc, argv, session_flags({"seed", "cases", "time-budget", "profile", "corpus", "path"}), {"shrink"});
   a.expect_positional({});
   SessionOptions o = session_options(a, "fuzz", argc, argv);
-  o.seed = static_cast<uint64_t>(a.get_int("seed", 1, 0));
+  o.seed = a.get_uint64("seed", 1);  // any uint64, as in case files
   o.profile = a.get_or("profile", "default");
   // Which MLA paths random cases take; auto = those the backend implements (checked against it
   // once the backend is made).
   o.paths = parse_path_flag(a.get_or("path", "auto"));
-  if (a.get("cases")) o.cases = a.get_int("cases", 0, 0);
+  if (a.get("cases")) {
+    o.cases = a.get_int("cases", 0);
+    require(*o.cases >= 1, "--cases", "must be \u2265 1 (a run of no case proves nothing)");
+  }
   if (a.get("time-budget")) {
     const double t = a.get_double("time-budget", 0);
     require(std::isfinite(t) && t > 0, "--time-budget", "must be a number of seconds > 0");
@@ -38,7 +41,7 @@ int run(int argc, char** argv) {
 RegisterCommand reg({"fuzz",
                      "[--backend B] [--seed S] [--cases N | --time-budget SEC] [--profile smoke|default|nightly|production] "
                      "[--path absorbed|explicit|any|auto] [--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] "
-                     "[--comm nccl|local|auto] [--exec-timeout SEC]",
+                     "[--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
                      "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
                      run});
 

@@ -7,6 +7,7 @@
 #include "core/layout.hpp"
 #include "tools/args.hpp"
 #include "tools/command.hpp"
+#include "tools/limit_args.hpp"
 
 namespace dsa::cli {
 namespace {
@@ -41,14 +42,19 @@ void print_table(const StreamLayout& L) {
 }
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, {"seqlens", "cp", "layout", "pad-multiple"}, {"json"});
+  Args a(argc, argv, with_limit_flags({"seqlens", "cp", "layout", "pad-multiple"}), {"json"});
+  apply_limit_flags(a);
   a.expect_positional({});
   require(a.get("seqlens").has_value(), "--seqlens", "is required (comma-separated lengths, e.g. 5,11)");
   CpSpec cp;
   cp.size = a.get_int("cp", 1);
   cp.layout = parse_layout(a.get_or("layout", "zigzag"), "--layout");
   cp.pad_multiple = a.get_int("pad-multiple", 0);
-  StreamLayout L = make_layout(a.get_int_list("seqlens"), cp);
+  Problem p;  // the default dims: only the layout's own tables are built here
+  p.seqlens = a.get_int_list("seqlens");
+  p.cp = cp;
+  check_bounds(p);  // before make_layout allocates: `--cp 1000000000` is refused, not OOM-killed
+  StreamLayout L = make_layout(p.seqlens, cp);
   if (a.has("json"))
     std::printf("%s\n", layout_json(L).dump().c_str());
   else
@@ -56,7 +62,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg({"layout", "--seqlens 5,11 [--cp N] [--layout zigzag|contiguous] [--pad-multiple M] [--json]",
+RegisterCommand reg({"layout", "--seqlens 5,11 [--cp N] [--layout zigzag|contiguous] [--pad-multiple M] [--json] [--max-bytes N] [--max-pairs N]",
                      "show which global rows each CP rank owns, real or pad, and each row's visible keys", run});
 
 }  // namespace

@@ -17,7 +17,7 @@ int run(int argc, char** argv) {
   return run_session(o);
 }
 
-RegisterCommand reg({"replay", "DIR [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC]",
+RegisterCommand reg({"replay", "DIR [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
                      "run every case file under DIR (a regression corpus) on a backend", run});
 
 }  // namespace

@@ -18,7 +18,7 @@ int run(int argc, char** argv) {
   return run_session(o);
 }
 
-RegisterCommand reg({"repro", "CASE.json [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC]",
+RegisterCommand reg({"repro", "CASE.json [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
                      "run one case file and print the metrics of every checked tensor", run});
 
 }  // namespace

@@ -1,12 +1,17 @@
 // dsa-parity: one binary, subcommands registered in cmd_*.cpp. Maps errors to the exit codes of
 // DESIGN.md: 2 for bad input (one line naming the field and the rule), 3 for an environment that
-// cannot run the request.
+// cannot run the request, 4 for an internal error (never 1: that is a parity failure). Every
+// message is printed as one line of valid UTF-8, capped, whatever the input put into it.
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/errors.hpp"
+#include "harness/text.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {
@@ -21,7 +26,8 @@ static void usage(FILE* out) {
   std::fprintf(out, "usage:\n");
   for (auto& c : dsa::cli::commands())
     std::fprintf(out, "  dsa-parity %-8s %s\n      %s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str());
-  std::fprintf(out, "\nexit codes: 0 all passed, 1 parity failure, 2 bad usage or input, 3 environment cannot run it\n");
+  std::fprintf(out, "\nexit codes: 0 all passed, 1 parity failure, 2 bad usage or input, 3 environment cannot run it, "
+                    "4 internal error\n");
 }
 
 int main(int argc, char** argv) {
@@ -35,19 +41,30 @@ int main(int argc, char** argv) {
       std::printf("usage: dsa-parity %s %s\n  %s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str());
       return 0;
     }
+    auto line = [&](const char* kind, const std::string& what) {
+      std::fprintf(stderr, "dsa-parity %s: %s: %s\n", c.name.c_str(), kind, dsa::text::one_line(what, 1000).c_str());
+    };
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const dsa::InvalidInput& e) {
-      std::fprintf(stderr, "dsa-parity %s: error: %s\n", c.name.c_str(), e.what());
+      line("error", e.what());
       return 2;
     } catch (const dsa::Unavailable& e) {
-      std::fprintf(stderr, "dsa-parity %s: cannot run here: %s\n", c.name.c_str(), e.what());
+      line("cannot run here", e.what());
+      return 3;
+    } catch (const nlohmann::json::exception& e) {
+      // JSON came from outside (a case, a header): bad input, even where no parser named the field.
+      line("error", std::string("input: malformed JSON: ") + e.what());
+      return 2;
+    } catch (const std::bad_alloc&) {
+      line("cannot run here", "out of memory (lower the case's size, or --max-bytes)");
       return 3;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "dsa-parity %s: internal error: %s\n", c.name.c_str(), e.what());
-      return 1;
+      line("internal error", e.what());
+      return 4;
     }
   }
-  std::fprintf(stderr, "dsa-parity: error: subcommand: unknown '%s' (see dsa-parity --help)\n", argv[1]);
+  std::fprintf(stderr, "dsa-parity: error: subcommand: unknown %s (see dsa-parity --help)\n",
+               dsa::text::quoted(argv[1]).c_str());
   return 2;
 }

@@ -1,5 +1,5 @@
 // What fuzz, repro and replay share on the command line: the backend, its communicator, the
-// exec backend's time limit and the report files.
+// exec backend's time limit, the report files and the size limits of cases.
 #pragma once
 
 #include <cmath>
@@ -9,16 +9,18 @@
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
 #include "tools/args.hpp"
+#include "tools/limit_args.hpp"
 
 namespace dsa::cli {
 
 // The flags every session subcommand takes, plus `extra`.
 inline std::set<std::string> session_flags(std::set<std::string> extra = {}) {
   extra.insert({"backend", "comm", "exec-timeout", "report", "junit"});
-  return extra;
+  return with_limit_flags(std::move(extra));
 }
 
 inline SessionOptions session_options(const Args& a, const std::string& command, int argc, char** argv) {
+  apply_limit_flags(a);
   SessionOptions o;
   o.command = command;
   for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
