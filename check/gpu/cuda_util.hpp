@@ -51,7 +51,7 @@ class DeviceArray {
     if (p_) cudaFree(p_), p_ = nullptr;
     n_ = n;
     if (n == 0) return;
-    DSA_GPU_CUDA(cudaMalloc(&p_, n * sizeof(T)));
+    DSA_GPU_CUDA(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
     zero();
   }
   void zero() { if (n_) DSA_GPU_CUDA(cudaMemset(p_, 0, n_ * sizeof(T))); }

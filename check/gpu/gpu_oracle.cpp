@@ -222,7 +222,7 @@ class Oracle {
       sorter.run(scores.get(), vals.get(), kbegin_.get() + r0, kend_.get() + r0, B, Kw_, topk.get() + r0 * Kw_);
     }
     res.topk = TensorI({Tp_, Kw_});
-    if (Tp_ * Kw_)
+    if (Tp_ * Kw_ > 0)
       DSA_GPU_CUDA(cudaMemcpy(res.topk.data.data(), topk.get(), Tp_ * Kw_ * sizeof(int32_t), cudaMemcpyDeviceToHost));
     times_.indexer = seconds_since(t0);
   }

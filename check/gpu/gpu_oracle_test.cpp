@@ -195,7 +195,7 @@ void check_scenario(const Scenario& s, uint64_t seed) {
     for (int64_t g = 0; g < L.tp; ++g) {
       if (L.is_real(g)) continue;
       for (int64_t h = 0; h < p.dims.H; ++h) EXPECT_EQ(gpu_exact.lse.at(g, h), -INFINITY) << "row " << g;
-      for (const TensorD* t : {&gpu_exact.O, &gpu_exact.dq_nope, &gpu_exact.dq_I, &gpu_exact.dw, &gpu_lowp.O})
+      for (const TensorD* t : std::initializer_list<const TensorD*>{&gpu_exact.O, &gpu_exact.dq_nope, &gpu_exact.dq_I, &gpu_exact.dw, &gpu_lowp.O})
         for (int64_t j = 0; j < t->row_size(); ++j) ASSERT_EQ(t->row(g)[j], 0.0) << "row " << g;
       EXPECT_EQ(gpu_exact.kl.data[g], 0.0);
     }
