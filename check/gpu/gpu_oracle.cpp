@@ -60,17 +60,27 @@ void check_inputs(const Problem& p, const StreamLayout& L, const Inputs& in, con
 
 template <class R>
 DeviceArray<R> upload(const TensorD& t) {
-  std::vector<R> h(t.data.begin(), t.data.end());  // bf16 values: exact in fp32 and fp64
   DeviceArray<R> d;
-  d.upload(h);
+  if constexpr (std::is_same_v<R, double>) {  // straight from the tensor: no staging copy
+    d.reset(t.data.size());
+    if (!t.data.empty())
+      DSA_GPU_CUDA(cudaMemcpy(d.get(), t.data.data(), t.data.size() * sizeof(double), cudaMemcpyHostToDevice));
+  } else {
+    d.upload(std::vector<R>(t.data.begin(), t.data.end()));  // bf16 values: exact in fp32
+  }
   return d;
 }
 
 template <class R>
 TensorD download(const DeviceArray<R>& d, Shape shape) {
   TensorD t(std::move(shape));
-  const std::vector<R> h = d.download();
-  std::copy(h.begin(), h.end(), t.data.begin());
+  if (static_cast<size_t>(t.size()) != d.size()) fail("download size mismatch", __FILE__, __LINE__);
+  if constexpr (std::is_same_v<R, double>) {
+    if (d.size()) DSA_GPU_CUDA(cudaMemcpy(t.data.data(), d.get(), d.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  } else {
+    const std::vector<R> h = d.download();
+    std::copy(h.begin(), h.end(), t.data.begin());
+  }
   return t;
 }
 

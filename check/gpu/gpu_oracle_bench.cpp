@@ -54,7 +54,7 @@ struct BenchShape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t S = 4096, reps = 3;
+  int64_t S = 4096, reps = 2;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--seq") S = std::stoll(argv[++i]);
     else if (std::string(argv[i]) == "--reps") reps = std::stoll(argv[++i]);

@@ -185,8 +185,10 @@ void check_scenario(const Scenario& s, uint64_t seed) {
   ASSERT_TRUE(cpu_lowp.scores && gpu_lowp.scores);
   EXPECT_TRUE(lowp_close("scores", *gpu_lowp.scores, *cpu_lowp.scores, *cpu_exact.scores));
   const double score_err = diff(*cpu_lowp.scores, *cpu_exact.scores).max;
+  // The lowp top-k follows the lowp scores: a selected key may trail the threshold by twice the
+  // score error (the GPU's, bounded by 2× the CPU's above).
   EXPECT_TRUE(topk_equivalent_rows(L, gpu_lowp.topk, *cpu_exact.scores,
-                                   kLowpFactor * std::max(score_err, kLowpFloorRel * score_max)));
+                                   2 * kLowpFactor * std::max(score_err, kLowpFloorRel * score_max)));
   const Tensors gl = floats(gpu_lowp), cl = floats(cpu_lowp);
   for (size_t i = 0; i < gl.size(); ++i) EXPECT_TRUE(lowp_close(gl[i].first, *gl[i].second, *cl[i].second, *ce[i].second));
 
