@@ -2,7 +2,9 @@
 // DeepSeek-V3.2 (H 128, Dn 128, R 64, C 512, Dv 128, HI 64, DI 128, K 2048) and GLM-5 (H 64,
 // Dn 192, Dv 256, HI 32), one sequence of S tokens. Each figure is the median of several runs
 // after a warm-up, wall clock of gpu_oracle_run (uploads, device work and downloads included),
-// with the per-part split of the median run.
+// with the per-part split of the median run. device_stages_seconds is the compute part (indexer and
+// top-k, S(g), forward, loss, backward; each part ends with a device synchronize), without the
+// host <-> device transfers of inputs and outputs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -96,9 +98,10 @@ int main(int argc, char** argv) {
       const GpuOracleTimings& m = ts[ts.size() / 2];
       pair_total += m.total;
       std::printf("%s\n    {\"shape\": \"%s\", \"precision\": \"%s\", \"tp\": %lld, \"seconds_median\": %.4f, "
-                  "\"seconds_min\": %.4f, \"seconds_max\": %.4f, \"parts\": {\"upload\": %.4f, \"indexer_topk\": %.4f, "
+                  "\"seconds_min\": %.4f, \"seconds_max\": %.4f, \"device_stages_seconds\": %.4f, \"parts\": {\"upload\": %.4f, \"indexer_topk\": %.4f, "
                   "\"select\": %.4f, \"forward\": %.4f, \"loss\": %.4f, \"backward\": %.4f, \"download\": %.4f}}",
                   first ? "" : ",", sh.name, name(prec), (long long)L.tp, m.total, ts.front().total, ts.back().total,
+                  m.indexer + m.select + m.forward + m.loss + m.backward,
                   m.upload, m.indexer, m.select, m.forward, m.loss, m.backward, m.download);
       first = false;
     }

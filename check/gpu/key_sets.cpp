@@ -1,18 +1,19 @@
 #include "check/gpu/key_sets.hpp"
 
 #include <algorithm>
+#include <thread>
 
 namespace dsa::gpu {
 
-KeySets select_keys(const StreamLayout& L, const TensorI& idx) {
+namespace {
+
+// S(g) of rows [g0, g1): counts into s.count, keys appended to `keys` (row order).
+void select_rows(const StreamLayout& L, const TensorI& idx, int64_t g0, int64_t g1, KeySets& s,
+                 std::vector<int32_t>& keys) {
   const int64_t Tp = L.tp, width = idx.shape.size() == 2 ? idx.shape[1] : 0;
-  KeySets s;
-  s.offset.assign(Tp + 1, 0);
-  s.count.assign(Tp, 0);
-  s.keys.reserve(static_cast<size_t>(Tp * std::min<int64_t>(width, Tp)));
   std::vector<int64_t> mark(Tp, -1);  // mark[t] == g: key t already taken by row g
   std::vector<int32_t> row;
-  for (int64_t g = 0; g < Tp; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     const int64_t kb = L.key_begin(g), ke = L.key_end(g);  // visible keys, empty for masked pad rows
     const int32_t* in = idx.row(g);
     row.clear();
@@ -32,9 +33,32 @@ KeySets select_keys(const StreamLayout& L, const TensorI& idx) {
       std::sort(row.begin(), row.end());
     }
     s.count[g] = static_cast<int32_t>(row.size());
-    s.keys.insert(s.keys.end(), row.begin(), row.end());
-    s.offset[g + 1] = static_cast<int64_t>(s.keys.size());
+    keys.insert(keys.end(), row.begin(), row.end());
   }
+}
+
+}  // namespace
+
+KeySets select_keys(const StreamLayout& L, const TensorI& idx) {
+  const int64_t Tp = L.tp;
+  KeySets s;
+  s.offset.assign(Tp + 1, 0);
+  s.count.assign(Tp, 0);
+  // Rows are independent: blocks of rows on a few threads (this is host work between device
+  // stages at production sizes), joined in row order.
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
+  const int64_t blocks = Tp >= 1024 ? threads : 1, per = (Tp + blocks - 1) / blocks;
+  std::vector<std::vector<int32_t>> keys(blocks);
+  std::vector<std::thread> pool;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t g0 = std::min(Tp, b * per), g1 = std::min(Tp, g0 + per);
+    if (blocks == 1) select_rows(L, idx, g0, g1, s, keys[b]);
+    else pool.emplace_back([&, b, g0, g1] { select_rows(L, idx, g0, g1, s, keys[b]); });
+  }
+  for (auto& t : pool) t.join();
+  for (int64_t g = 0; g < Tp; ++g) s.offset[g + 1] = s.offset[g] + s.count[g];
+  s.keys.reserve(static_cast<size_t>(s.offset[Tp]));
+  for (auto& k : keys) s.keys.insert(s.keys.end(), k.begin(), k.end());
   return s;
 }
 
