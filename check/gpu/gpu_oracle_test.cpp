@@ -285,6 +285,26 @@ TEST(GpuOracle, StageSwitches) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(exact_close(a[i].first, *a[i].second, *b[i].second));
 }
 
+// SPEC.md §7: the streaming sparse KL (reusing the attention's lse) equals the plain sparse KL to
+// fp64 rounding, gradients included.
+TEST(GpuOracle, StreamingKlEqualsSparse) {
+  DSA_REQUIRE_DEVICE();
+  const Problem p = base({40, 23}, 8);
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  const Inputs in = test::random_inputs(p.dims, L.tp, 31);
+  GpuOracleOptions o;
+  o.streaming_kl = true;
+  const Result streaming = gpu_oracle_run(p, L, in, o);
+  o.streaming_kl = false;
+  const Result plain = gpu_oracle_run(p, L, in, o);
+  EXPECT_GT(test::max_abs(plain.kl), 0.0);
+  EXPECT_TRUE(exact_close("kl", streaming.kl, plain.kl));
+  EXPECT_TRUE(exact_close("loss", streaming.loss, plain.loss));
+  EXPECT_TRUE(exact_close("dq_I", streaming.dq_I, plain.dq_I));
+  EXPECT_TRUE(exact_close("dk_I", streaming.dk_I, plain.dk_I));
+  EXPECT_TRUE(exact_close("dw", streaming.dw, plain.dw));
+}
+
 // Scores are returned only when Tp² <= max_score_elements; the top-k does not depend on it.
 TEST(GpuOracle, ScoresOnlyWhenSmall) {
   DSA_REQUIRE_DEVICE();
