@@ -11,6 +11,7 @@
 #include "harness/case.hpp"
 #include "harness/generate.hpp"
 #include "harness/report.hpp"
+#include "harness/oracle_choice.hpp"
 #include "harness/run_case.hpp"
 #include "harness/shrink.hpp"
 #include "core/errors.hpp"
@@ -176,10 +177,15 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // The paths random cases take (and, under fuzz, the corpus cases selected below).
   const std::vector<Path> paths = session_paths(o.paths, backend);
 
+  // The oracle is made once per session (the GPU one keeps its device state across cases).
+  std::unique_ptr<Oracle> oracle = make_oracle(o.oracle);
+  std::printf("oracle: %s (--oracle %s)\n", oracle->name().c_str(), o.oracle.c_str());
+
   RunContext ctx;
   ctx.command = o.command;
   ctx.arguments = o.arguments;
   ctx.backend = bname;
+  ctx.oracle = oracle->name();
   ctx.profile = o.profile;
   ctx.master_seed = o.seed;
   ctx.started = utc_now();
@@ -214,7 +220,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.c = c;
     r.case_file = file;
     try {
-      r.v = run_case(c, backend);
+      r.v = run_case(c, backend, oracle.get());
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass

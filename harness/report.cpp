@@ -180,6 +180,7 @@ json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) 
   context["command"] = ctx.command;
   context["arguments"] = ctx.arguments;
   context["backend"] = ctx.backend;
+  context["oracle"] = ctx.oracle;
   context["profile"] = ctx.profile;
   context["master_seed"] = ctx.master_seed;
   context["paths"] = paths_json(ctx.paths);

@@ -41,6 +41,7 @@ struct RunContext {
   std::string command;                // fuzz | repro | replay | shrink
   std::vector<std::string> arguments; // the command line after the binary
   std::string backend, profile;
+  std::string oracle = "cpu";         // the oracle that computed the exact and lowp sides
   uint64_t master_seed = 0;
   std::vector<Path> paths;            // the MLA paths random cases were drawn from; empty: none drawn
   std::vector<std::string> not_selected;  // fuzz: corpus files of other paths, not run

@@ -1,0 +1,145 @@
+// Sparse MLA backward pieces that are not GEMMs (SPEC.md §6): Δ, dlogit, the explicit path's
+// per-head products and key-side accumulation, and the absorbed path's split of dK~ into dc, dk_pe.
+#include "check/gpu/device_common.cuh"
+#include "check/gpu/kernels.hpp"
+
+namespace dsa::gpu {
+namespace {
+
+template <class R> __global__ void row_dots_k(const R* a, const R* b, int64_t n, int64_t len, R* out) {
+  DSA_GRID_STRIDE(r, n) {
+    R acc = 0;
+    for (int64_t c = 0; c < len; ++c) acc += a[r * len + c] * b[r * len + c];
+    out[r] = acc;
+  }
+}
+
+template <class R>
+__global__ void dlogit_k(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H,
+                         int64_t kmax, R* dl) {
+  DSA_GRID_STRIDE(i, B * H * kmax) {
+    const int64_t j = i % kmax, bh = i / kmax, b = bh / H;
+    dl[i] = j < count[b] ? bf(P[i] * (dP[i] - delta[bh])) : R(0);
+  }
+}
+
+template <class R>
+__global__ void explicit_dP_k(RowKeys k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP) {
+  DSA_GRID_STRIDE(i, k.B * H * k.kmax) {
+    const int64_t j = i % k.kmax, bh = i / k.kmax, h = bh % H, b = bh / H;
+    if (j >= k.count[b]) {
+      dP[i] = 0;
+      continue;
+    }
+    const R* g = dO + bh * Dv;
+    const R* vv = v + (k.key(b, j) * H + h) * Dv;
+    R acc = 0;
+    for (int64_t e = 0; e < Dv; ++e) acc += g[e] * vv[e];
+    dP[i] = acc;
+  }
+}
+
+template <class R>
+__global__ void explicit_dq_k(RowKeys k, const R* dl, const R* k_nope, const R* k_pe, int64_t H, int64_t Dn,
+                              int64_t Rr, R s, R* dq_nope, R* dq_pe) {
+  const int64_t W = Dn + Rr;
+  DSA_GRID_STRIDE(i, k.B * H * W) {
+    const int64_t d = i % W, bh = i / W, h = bh % H, b = bh / H;
+    const R* g = dl + bh * k.kmax;
+    R acc = 0;
+    for (int64_t j = 0; j < k.count[b]; ++j) {
+      const int64_t t = k.key(b, j);
+      acc += g[j] * (d < Dn ? k_nope[(t * H + h) * Dn + d] : k_pe[t * Rr + (d - Dn)]);
+    }
+    // dQ~ is rounded on output (SPEC.md §8); dq_nope / dq_pe are its two halves.
+    if (d < Dn) dq_nope[bh * Dn + d] = bf(s * acc);
+    else dq_pe[bh * Rr + (d - Dn)] = bf(s * acc);
+  }
+}
+
+template <class R>
+__global__ void explicit_dkv_k(RowKeys k, const R* dl, const R* Pb, const R* q_nope, const R* q_pe, const R* dO,
+                               int64_t H, int64_t Dn, int64_t Rr, int64_t Dv, R s, R* dKn, R* dKpe, R* dVv) {
+  // One thread per (b, j, column) over the key row's columns [H·Dn | Rr | H·Dv].
+  const int64_t W = H * Dn + Rr + H * Dv;
+  DSA_GRID_STRIDE(i, k.B * k.kmax * W) {
+    const int64_t col = i % W, slot = i / W, b = slot / k.kmax, j = slot % k.kmax;
+    if (j >= k.count[b]) continue;
+    const int64_t t = k.key(b, j);
+    if (col < H * Dn) {
+      const int64_t h = col / Dn, d = col % Dn;
+      atomicAdd(&dKn[t * H * Dn + col], s * dl[(b * H + h) * k.kmax + j] * q_nope[(b * H + h) * Dn + d]);
+    } else if (col < H * Dn + Rr) {
+      const int64_t r = col - H * Dn;
+      R acc = 0;
+      for (int64_t h = 0; h < H; ++h) acc += dl[(b * H + h) * k.kmax + j] * q_pe[(b * H + h) * Rr + r];
+      atomicAdd(&dKpe[t * Rr + r], s * acc);
+    } else {
+      const int64_t c = col - H * Dn - Rr, h = c / Dv, e = c % Dv;
+      atomicAdd(&dVv[t * H * Dv + c], Pb[(b * H + h) * k.kmax + j] * dO[(b * H + h) * Dv + e]);
+    }
+  }
+}
+
+template <class R>
+__global__ void absorbed_key_grads_k(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
+  const int64_t W = C + Rr;
+  DSA_GRID_STRIDE(i, Tp * W) {
+    const int64_t t = i / W, col = i % W;
+    if (col < C) dc[t * C + col] = bf(dKt[i] + dV[t * C + col]);
+    else dk_pe[t * Rr + (col - C)] = bf(dKt[i]);
+  }
+}
+
+}  // namespace
+
+template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len, R* out) {
+  if (n <= 0) return;
+  row_dots_k<<<grid_for(n), kBlock>>>(a, b, n, len, out);
+  DSA_GPU_LAUNCHED();
+}
+template <class R>
+void dlogit(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H, int64_t kmax, R* dl) {
+  if (B * H * kmax <= 0) return;
+  dlogit_k<<<grid_for(B * H * kmax), kBlock>>>(P, dP, delta, count, B, H, kmax, dl);
+  DSA_GPU_LAUNCHED();
+}
+template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP) {
+  if (k.B * H * k.kmax <= 0) return;
+  explicit_dP_k<<<grid_for(k.B * H * k.kmax), kBlock>>>(k, dO, v, H, Dv, dP);
+  DSA_GPU_LAUNCHED();
+}
+template <class R>
+void explicit_dq(const RowKeys& k, const R* dl, const R* k_nope, const R* k_pe, int64_t H, int64_t Dn, int64_t Rr,
+                 R s, R* dq_nope, R* dq_pe) {
+  if (k.B * H <= 0) return;
+  explicit_dq_k<<<grid_for(k.B * H * (Dn + Rr)), kBlock>>>(k, dl, k_nope, k_pe, H, Dn, Rr, s, dq_nope, dq_pe);
+  DSA_GPU_LAUNCHED();
+}
+template <class R>
+void explicit_dkv(const RowKeys& k, const R* dl, const R* Pb, const R* q_nope, const R* q_pe, const R* dO, int64_t H,
+                  int64_t Dn, int64_t Rr, int64_t Dv, R s, R* dKn, R* dKpe, R* dVv) {
+  const int64_t n = k.B * k.kmax * (H * Dn + Rr + H * Dv);
+  if (n <= 0) return;
+  explicit_dkv_k<<<grid_for(n), kBlock>>>(k, dl, Pb, q_nope, q_pe, dO, H, Dn, Rr, Dv, s, dKn, dKpe, dVv);
+  DSA_GPU_LAUNCHED();
+}
+template <class R>
+void absorbed_key_grads(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
+  if (Tp <= 0) return;
+  absorbed_key_grads_k<<<grid_for(Tp * (C + Rr)), kBlock>>>(dKt, dV, Tp, C, Rr, dc, dk_pe);
+  DSA_GPU_LAUNCHED();
+}
+
+#define DSA_INSTANTIATE(R)                                                                                          \
+  template void row_dots<R>(const R*, const R*, int64_t, int64_t, R*);                                              \
+  template void dlogit<R>(const R*, const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, R*);             \
+  template void explicit_dP<R>(const RowKeys&, const R*, const R*, int64_t, int64_t, R*);                           \
+  template void explicit_dq<R>(const RowKeys&, const R*, const R*, const R*, int64_t, int64_t, int64_t, R, R*, R*); \
+  template void explicit_dkv<R>(const RowKeys&, const R*, const R*, const R*, const R*, const R*, int64_t, int64_t, \
+                                int64_t, int64_t, R, R*, R*, R*);                                                   \
+  template void absorbed_key_grads<R>(const R*, const R*, int64_t, int64_t, int64_t, R*, R*);
+DSA_INSTANTIATE(float)
+DSA_INSTANTIATE(double)
+
+}  // namespace dsa::gpu

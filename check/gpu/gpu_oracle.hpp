@@ -1,0 +1,44 @@
+// The GPU oracle (issue 12 item 1): the same DSA core as the CPU reference's global run_core
+// (SPEC.md §3–§8), computed unfused on one CUDA device, exact (fp64) or under the bf16 policy.
+// Plain C++: the harness includes it without nvcc. It shares no code with fused/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/inputs.hpp"
+#include "core/layout.hpp"
+#include "core/problem.hpp"
+#include "core/result.hpp"
+#include "core/tensor.hpp"
+
+namespace dsa {
+
+// Seconds spent in each part of one run (device work is synchronized per part).
+struct GpuOracleTimings {
+  double upload = 0, indexer = 0, select = 0, forward = 0, loss = 0, backward = 0, download = 0, total = 0;
+};
+
+struct GpuOracleOptions {
+  Precision precision = Precision::exact;
+  // [Tp, K'] global rows used by the attention and the loss instead of the indexer's top-k.
+  std::optional<TensorI> attention_indices;
+  bool streaming_kl = true;              // sparse loss: reuse the attention's lse (SPEC.md §7)
+  int64_t max_score_elements = 1 << 22;  // scores are returned only when Tp² is at most this
+  bool indexer = true;                   // false: no scores / top-k; attention_indices is required
+  bool attention = true;                 // false: scores and top-k only
+  // Device memory the chunked stages may use for their scratch; 0 = automatic (a share of the
+  // free memory). Small values force many row chunks (the tests use that).
+  int64_t max_workspace_bytes = 0;
+  GpuOracleTimings* timings = nullptr;   // filled when set
+};
+
+// Same semantics and output shapes as run_core(p, in, {precision, attention_indices, streaming_kl,
+// max_score_elements}): Result rows in global order. Throws InvalidInput on bad shapes and
+// Unavailable when no CUDA device is present.
+Result gpu_oracle_run(const Problem& p, const StreamLayout& L, const Inputs& in, const GpuOracleOptions& opt);
+
+// Whether a CUDA device is present.
+bool gpu_oracle_available();
+
+}  // namespace dsa

@@ -1,0 +1,16 @@
+// Host <-> device copies of whole tensors through a pinned double buffer: the DMA of one chunk
+// overlaps the multi-threaded copy (and fp64 <-> fp32 conversion, for the bf16 policy) of the
+// previous one. Pageable cudaMemcpy of the multi-GiB outputs at production shapes ran at under
+// 2 GB/s on the H200 machine and dominated the oracle's time.
+#pragma once
+
+#include <cstddef>
+
+namespace dsa::gpu {
+
+// host[0, n) = dev[0, n) as double.
+template <class R> void to_host(const R* dev, double* host, size_t n);
+// dev[0, n) = host[0, n) as R (bf16 values: exact in fp32).
+template <class R> void to_device(const double* host, R* dev, size_t n);
+
+}  // namespace dsa::gpu
