@@ -1,5 +1,5 @@
-// The fused indexer KL loss (SPEC.md §7) against the CPU reference: kl (α = 2) and dq_I, dk_I, dw
-// (α = 3, rounded to bf16 as the host API writes them), sparse over the attention's indices with
+// The fused indexer KL loss (SPEC.md §7) against the CPU reference through check/compare.hpp's
+// compare_tensor: kl (α = 2) and dq_I, dk_I, dw (α = 3, rounded to bf16 as the host API writes them), sparse over the attention's indices with
 // its lse, and dense over every visible key; odd and production-like shapes, injected invalid
 // indices (−1, INT_MIN, Tp, non-causal, whole rows), masked pad rows with NaN-poisoned keys.
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 
 #include "fused/api.cuh"
 #include "fused/indexer_testing.hpp"
-#include "reference/core.hpp"
+#include "check/compare.hpp"
 #include "core/bf16.hpp"
-#include "reference/test_util.hpp"
+#include "reference/core.hpp"
 
 namespace dsa::fused::testing {
 namespace {
@@ -38,20 +38,15 @@ Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
   return d;
 }
 
-std::vector<float> bf16_rounded(std::vector<float> v) {
-  for (float& x : v) x = round_bf16(x);
-  return v;
-}
-
 void check_loss(const LossCase& c) {
   const Dims& d = c.d;
-  Problem p = dsa::test::small_problem(c.seqlens, d, c.K);
+  Problem p = small_problem(c.seqlens, d, c.K);
   p.relu = c.relu;
   p.pad_rows = c.pad;
   p.loss = c.mode;
   p.cp = c.cp;
-  const StreamLayout L = dsa::test::layout_of(p);
-  Inputs in = dsa::test::random_inputs(d, L.tp, c.seed);
+  const StreamLayout L = layout_of(p);
+  Inputs in = random_inputs(d, L.tp, c.seed);
   zero_k_I_rows(in, c.zero_k_rows);
   const int Tp = static_cast<int>(L.tp), K = static_cast<int>(topk_width(c.K, L.tp));
 
@@ -129,10 +124,11 @@ void check_loss(const LossCase& c) {
     for (size_t e = 0; e < dk_all.size(); ++e) dk_all[e] += dk_l[e];  // the reduce-scatter's sum
   }
 
-  EXPECT_TRUE(parity("kl", kl_all, E.kl, Lw.kl, 2.0));
-  EXPECT_TRUE(parity("dq_I", bf16_rounded(dq_all), E.dq_I, Lw.dq_I, 3.0));
-  EXPECT_TRUE(parity("dk_I", bf16_rounded(dk_all), E.dk_I, Lw.dk_I, 3.0));
-  EXPECT_TRUE(parity("dw", bf16_rounded(dw_all), E.dw, Lw.dw, 3.0));
+  const std::string ctx = "seed " + std::to_string(c.seed);
+  EXPECT_TRUE(parity("kl", kl_all, E.kl, Lw.kl, L, ctx));
+  EXPECT_TRUE(parity("dq_I", bf16_rounded(dq_all), E.dq_I, Lw.dq_I, L, ctx));
+  EXPECT_TRUE(parity("dk_I", bf16_rounded(dk_all), E.dk_I, Lw.dk_I, L, ctx));
+  EXPECT_TRUE(parity("dw", bf16_rounded(dw_all), E.dw, Lw.dw, L, ctx));
 }
 
 TEST(FusedIndexerLoss, SparseOddShapes) {

@@ -1,18 +1,22 @@
-// run_fused end to end: CP ranks on the local communicator (several ranks on ONE GPU) give the
-// result of one rank, and both stay within the tolerance model of the CPU reference (run_core exact
-// and bf16). Also the planted run-level bugs (zigzag_chunk_swap, no_key_grad_reduce_scatter) are
-// caught here: they change cp > 1 (and cp = 1 zigzag) results.
+// run_fused end to end, judged as the harness judges a backend (check/judge.hpp: the staged CPU
+// oracle, the top-k equivalence test and compare_tensor of every tensor of every stage, SPEC.md §9):
+// CP ranks on the local communicator (several ranks on ONE GPU) must pass at every cp and give the
+// top-k of one rank. The planted run-level bugs (zigzag_chunk_swap, no_key_grad_reduce_scatter)
+// are caught here: they change cp > 1 (and cp = 1 zigzag) results.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
-#include "fused/device.hpp"
-#include "fused/run.hpp"
-#include "reference/core.hpp"
+#include "check/judge.hpp"
+#include "check/oracle.hpp"
+#include "check/prepared.hpp"
+#include "core/bf16.hpp"
 #include "core/errors.hpp"
 #include "core/layout.hpp"
-#include "core/bf16.hpp"
+#include "fused/device.hpp"
+#include "fused/run.hpp"
 
 namespace dsa::fused {
 namespace {
@@ -41,29 +45,19 @@ Problem small_problem(int64_t cp) {
   return p;
 }
 
-// max |a − b| over finite elements; ±inf must match exactly; NaN in a fails.
-double max_diff(const TensorD& a, const TensorD& b, double* scale) {
-  EXPECT_EQ(a.shape, b.shape);
-  double d = 0, m = 0;
-  for (int64_t i = 0; i < a.size() && i < b.size(); ++i) {
-    EXPECT_FALSE(std::isnan(a.data[i]));
-    if (std::isinf(b.data[i])) {
-      EXPECT_EQ(a.data[i], b.data[i]);
-      continue;
-    }
-    d = std::max(d, std::fabs(a.data[i] - b.data[i]));
-    m = std::max(m, std::fabs(b.data[i]));
-  }
-  if (scale) *scale = m;
-  return d;
-}
-
-const TensorD& tensor(const Result& r, const std::string& name) {
-  const TensorD* out = nullptr;
-  r.for_each_float([&](const std::string& n, const TensorD& t) {
-    if (n == name) out = &t;
-  });
-  return *out;
+// Every stage checked, the fused result judged against the CPU oracle: a pass needs every tensor
+// of every stage within SPEC.md §9 (the top-k by equivalence, the rest by compare_tensor).
+::testing::AssertionResult judged_pass(const Problem& p, const Inputs& in, const Result& fused) {
+  const PreparedCase pc = prepare(p, in, std::nullopt, std::vector<Stage>(std::begin(kStages), std::end(kStages)));
+  const CaseVerdict v = judge(pc, fused, *make_cpu_oracle());
+  if (v.verdict == Verdict::pass) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << "verdict " << name(v.verdict) << ": " << v.message;
+  for (const TensorCheck& ch : v.checks)
+    if (ch.failed())
+      os << "\n  " << name(ch.stage) << "/" << ch.tensor << ": " << ch.detail << " (e_f " << ch.e_f << ", e_l " << ch.e_l
+         << ", ratio " << ch.ratio << ")";
+  return ::testing::AssertionFailure() << os.str();
 }
 
 TEST(RunFused, LocalCpRanksOnOneGpuEqualCp1) {
@@ -72,20 +66,18 @@ TEST(RunFused, LocalCpRanksOnOneGpuEqualCp1) {
   FusedOptions opt;
   opt.comm = CommKind::local;
   const Result one = run_fused(small_problem(1), in, opt);
+  EXPECT_TRUE(judged_pass(small_problem(1), in, one)) << "cp=1";
   for (int64_t cp : {2, 4, 8}) {
     const Result many = run_fused(small_problem(cp), in, opt);
+    // The indexer is per row: the same integers at every cp (scores are summed in one order).
     EXPECT_EQ(many.topk.data, one.topk.data) << "cp=" << cp;
-    one.for_each_float([&](const std::string& name, const TensorD& a) {
-      double mx = 0;
-      const double d = max_diff(tensor(many, name), a, &mx);
-      // One bf16 ulp of the largest element: another fp32 summation order may flip a rounding.
-      EXPECT_LE(d, mx * std::ldexp(1.0, -7)) << name << " cp=" << cp;
-    });
+    EXPECT_TRUE(judged_pass(small_problem(cp), in, many)) << "cp=" << cp;
   }
 }
 
-// The tolerance model of SPEC.md §9 against run_core, with the fused top-k injected into both
-// oracles (decoupled stages): e_f ≤ α·e_l + 1e-6·max|exact|, α = 2 forward, 3 gradients.
+// The tolerance model of SPEC.md §9 against the CPU oracle, the stages decoupled as judge does
+// (the fused top-k, where equivalent, drives the oracle's attention): sparse loss at cp = 1, dense
+// at cp = 2.
 TEST(RunFused, WithinToleranceOfCpuReference) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device: run_fused runs only on a GPU";
   for (int64_t cp : {1, 2}) {
@@ -95,19 +87,7 @@ TEST(RunFused, WithinToleranceOfCpuReference) {
     FusedOptions fo;
     fo.comm = CommKind::local;
     const Result f = run_fused(p, in, fo);
-    RunOptions ex, lo;
-    ex.precision = Precision::exact;
-    lo.precision = Precision::bf16;
-    ex.attention_indices = lo.attention_indices = f.topk;
-    const Result e = run_core(p, in, ex), l = run_core(p, in, lo);
-    for (const char* name : {"O", "O_lat", "lse", "kl", "loss", "dq_nope", "dq_pe", "dW_UK", "dW_UV", "dc", "dk_pe",
-                             "dq_I", "dk_I", "dw"}) {
-      double mx = 0;
-      const double ef = max_diff(tensor(f, name), tensor(e, name), &mx);
-      const double el = max_diff(tensor(l, name), tensor(e, name), nullptr);
-      const double alpha = name[0] == 'd' ? 3 : 2;
-      EXPECT_LE(ef, alpha * el + 1e-6 * mx) << name << " cp=" << cp << " e_f=" << ef << " e_l=" << el;
-    }
+    EXPECT_TRUE(judged_pass(p, in, f)) << "cp=" << cp;
   }
 }
 
