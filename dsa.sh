@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's two commands. Each installs what is missing (as root, from Debian packages),
 # configures and builds into build/, then:
-#   ./dsa.sh test          runs every test (ctest); what .ci/run calls
+#   ./dsa.sh test          runs every test (ctest), then a short fuzz under ASan+UBSan (the
+#                          asan-ubsan preset, build-asan/); what .ci/run calls
 #   ./dsa.sh fuzz [ARGS]   runs `build/dsa-parity fuzz ARGS` on the default backend
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +35,17 @@ cmake --build build -j "$jobs"
 
 if [[ $mode == test ]]; then
   ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+  # The sanitizer fuzz: the CLI built with AddressSanitizer and UndefinedBehaviorSanitizer runs
+  # smoke cases on the CPU backends, a mutant among them; any sanitizer report fails the run.
+  cmake --preset asan-ubsan >/dev/null
+  cmake --build build-asan -j "$jobs" --target dsa-parity >/dev/null
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  build-asan/dsa-parity fuzz --backend lowp --profile smoke --cases 60 --seed 7 --corpus cases >/dev/null
+  build-asan/dsa-parity fuzz --backend reference --profile smoke --cases 20 --seed 8 --corpus none >/dev/null
+  rc=0; build-asan/dsa-parity fuzz --backend mutant:kl_reversed --profile smoke --cases 10 --seed 9 --corpus none \
+    --report build-asan/mutant-report.json >/dev/null || rc=$?
+  [[ $rc -eq 1 ]] || { echo "dsa.sh: sanitizer fuzz of a mutant exited $rc, expected 1 (caught)" >&2; exit 1; }
+  echo "sanitizer fuzz (ASan+UBSan): 90 cases clean, the mutant caught"
 else
   exec build/dsa-parity fuzz "$@"
 fi
