@@ -22,6 +22,7 @@
 #include "check/compare.hpp"
 #include "core/bf16.hpp"
 #include "core/inputs.hpp"
+#include "core/inputs_testing.hpp"
 #include "core/layout.hpp"
 #include "core/problem.hpp"
 #include "core/result.hpp"
@@ -124,45 +125,11 @@ Tensor<T> gather_rows(const Tensor<T>& t, const std::vector<int64_t>& rows) {
 
 // ---- inputs (SPEC.md §8: generated in fp64, rounded once to bf16) ----
 
-// Standard deviation of each input so that every logit s·Q~·K~ and every indexer product q_I·k_I
-// is O(1): Q~ = q_nope·W_UK has unit entries when W_UK ~ N(0, 1/Dn), K~ has unit entries.
-inline double input_sigma(const std::string& name, const Dims& d) {
-  if (name == "W_UK") return 1.0 / std::sqrt(double(d.Dn));
-  if (name == "W_UV") return 1.0 / std::sqrt(double(d.C));
-  if (name == "q_I") return 1.0 / std::sqrt(double(d.DI));
-  return 1.0;
-}
-
-// Normal values from std::mt19937_64, rounded once to bf16 (round to nearest even), as doubles.
-inline Inputs random_inputs(const Dims& d, int64_t tp, uint64_t seed) {
-  Inputs in = zero_inputs(d, tp);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  in.for_each([&](const std::string& n, TensorD& t) {
-    const double sigma = input_sigma(n, d);
-    for (double& x : t.data) x = round_bf16(sigma * normal(rng));
-  });
-  return in;
-}
-
-inline Dims tiny_dims() {
-  Dims d;
-  d.H = 2, d.Dn = 4, d.R = 4, d.C = 8, d.Dv = 4, d.HI = 2, d.DI = 4;
-  return d;
-}
-
-// s = 1/sqrt(C+R) normalizes the logits; coeff ≠ 1 so that a missing coeff shows.
-inline Problem small_problem(std::vector<int64_t> seqlens, Dims d = tiny_dims(), int64_t topk = 4) {
-  Problem p;
-  p.seqlens = std::move(seqlens);
-  p.dims = d;
-  p.topk = topk;
-  p.softmax_scale = 1.0 / std::sqrt(double(d.C + d.R));
-  p.coeff = 0.7;
-  return p;
-}
-
-inline StreamLayout layout_of(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
+using dsa::test_inputs::input_sigma;
+using dsa::test_inputs::layout_of;
+using dsa::test_inputs::random_inputs;
+using dsa::test_inputs::small_problem;
+using dsa::test_inputs::tiny_dims;
 
 // ---- device values back into catalogue-shaped tensors ----
 

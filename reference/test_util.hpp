@@ -1,10 +1,9 @@
-// Helpers shared by the reference tests: random bf16 inputs with O(1) logits, small problems, and
-// the one comparison routine every test uses.
+// Helpers of the reference tests: the shared test inputs (core/inputs_testing.hpp) and the exactness
+// comparison of fp64 results against independent fp64 oracles (close, results_close).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,54 +12,19 @@
 #include <vector>
 
 #include "core/inputs.hpp"
+#include "core/inputs_testing.hpp"
 #include "core/layout.hpp"
 #include "core/problem.hpp"
 #include "core/result.hpp"
 
 namespace dsa::test {
 
-inline double to_bf16(double x) { return static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(x)))); }
-
-// Standard deviation of each input so that every logit s·Q~·K~ and every indexer product
-// q_I·k_I is O(1): Q~ = q_nope·W_UK has unit entries when W_UK ~ N(0, 1/Dn), K~ has unit entries,
-// and s = 1/sqrt(C+R) (set by small_problem) normalizes the dot product.
-inline double input_sigma(const std::string& name, const Dims& d) {
-  if (name == "W_UK") return 1.0 / std::sqrt(double(d.Dn));
-  if (name == "W_UV") return 1.0 / std::sqrt(double(d.C));
-  if (name == "q_I") return 1.0 / std::sqrt(double(d.DI));
-  return 1.0;
-}
-
-// Normal values from std::mt19937_64, rounded once to bf16, stored as double (SPEC.md §8).
-inline Inputs random_inputs(const Dims& d, int64_t tp, uint64_t seed) {
-  Inputs in = zero_inputs(d, tp);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  in.for_each([&](const std::string& n, TensorD& t) {
-    const double sigma = input_sigma(n, d);
-    for (double& x : t.data) x = to_bf16(sigma * normal(rng));
-  });
-  return in;
-}
-
-// Small dimensions: every test runs in milliseconds.
-inline Dims tiny_dims() {
-  Dims d;
-  d.H = 2, d.Dn = 4, d.R = 4, d.C = 8, d.Dv = 4, d.HI = 2, d.DI = 4;
-  return d;
-}
-
-inline Problem small_problem(std::vector<int64_t> seqlens, Dims d = tiny_dims(), int64_t topk = 4) {
-  Problem p;
-  p.seqlens = std::move(seqlens);
-  p.dims = d;
-  p.topk = topk;
-  p.softmax_scale = 1.0 / std::sqrt(double(d.C + d.R));
-  p.coeff = 0.7;  // not 1, so that a missing coeff shows
-  return p;
-}
-
-inline StreamLayout layout_of(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
+using test_inputs::input_sigma;
+using test_inputs::layout_of;
+using test_inputs::random_inputs;
+using test_inputs::small_problem;
+using test_inputs::tiny_dims;
+inline double to_bf16(double x) { return test_inputs::normal_bf16(x); }
 
 inline double max_abs(const TensorD& t) {
   double m = 0;
