@@ -312,7 +312,7 @@ class Exec2Backend final : public Backend {
     // Outside the capabilities: cannot-run, never sent.
     const std::string who = "exec2 worker " + (caps_.name.empty() ? text::quoted(command_) : caps_.name);
     if (std::find(caps_.paths.begin(), caps_.paths.end(), c.problem.path) == caps_.paths.end())
-      throw Unavailable(who + " does not implement path " + name(c.problem.path));
+      throw Unavailable(who + " does not implement path " + dsa::name(c.problem.path));
     if (pc.layout.cp > 1 && !caps_.cp)
       throw Unavailable(who + " does not support cp > 1 (case cp " + std::to_string(pc.layout.cp) + ")");
     if (pc.layout.tp > caps_.max_tokens)

@@ -4,7 +4,7 @@
 Flags shape the handshake: --paths absorbed,explicit --stages indexer,... --cp 0|1 --max-tokens N
 --dtypes F32,I32 --hello ok|die|garbage|hang|bad_protocol. Each case's behaviour follows its seed:
 1 ok (zero `loss` [1] and `kl` [Tp] in --loss-dtype), 2 exit 3 mid-case, 3 a garbage line,
-4 cannot_run, 5 error, 6 hang, 7 an answer with the wrong id, 8 ok after a stray print().
+4 cannot_run, 5 error, 6 hang, 7 an answer with the wrong id, 8 ok after 320 KB on stderr.
 Every start appends a line to $FAKE_EXEC2_LOG when set.
 """
 import json
@@ -74,7 +74,8 @@ for line in sys.stdin:
             send({"type": "done", "id": rid + 100})
         else:
             if seed == 8:
-                print("a stray print")
+                sys.stderr.write("chatter " * 40000 + "\n")  # 320 KB: more than a pipe holds
+                sys.stderr.flush()
             outputs(folder, args.get("--loss-dtype", "F32"))
             send({"type": "done", "id": rid})
     elif m["type"] == "bye":
