@@ -2,7 +2,7 @@
 // backends"), v1 (exec:CMD, one process per case) against v2 (exec2:CMD, one persistent worker),
 // on a tiny case with a trivial python worker that writes an empty outputs file. Arg 1 = v1,
 // Arg 2 = v2; the v2 worker's start and handshake happen before the timed loop (counter
-// startup_s). Needs python3 on PATH; skipped otherwise.
+// startup_s). Runs python3 from PATH, or $DSA_BENCH_PYTHON; skipped without one.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -51,7 +51,9 @@ std::string worker_script() {
 }
 
 void BM_ExecProtocolOverhead(benchmark::State& state) {
-  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) {
+  const char* py_env = std::getenv("DSA_BENCH_PYTHON");
+  const std::string py = py_env && *py_env ? py_env : "python3";
+  if (std::system((py + " -c pass >/dev/null 2>&1").c_str()) != 0) {
     state.SkipWithError("python3 not found");
     return;
   }
@@ -63,7 +65,7 @@ void BM_ExecProtocolOverhead(benchmark::State& state) {
   c.problem.dims = {2, 4, 2, 4, 4, 2, 4};
   c.problem.softmax_scale = 0.3;
   const PreparedCase pc = prepare_case(c);
-  const std::string cmd = "python3 " + worker_script();
+  const std::string cmd = py + " " + worker_script();
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Backend> b = make_backend((version == 1 ? "exec:" : "exec2:") + cmd);
   const double startup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
