@@ -198,6 +198,18 @@ TEST(ExecProtocol, FoldersCarryTheLayout) {
   EXPECT_EQ(parsed["layout"], "zigzag");
   EXPECT_EQ(parsed["rank_rows"].size(), 2u);
   EXPECT_EQ(parsed["tp"].get<int64_t>(), 8);  // seqlens 3, 2 padded to 4 each (2·cp)
+  // The same rows in inputs.safetensors (v1 and v2 alike): rank_rows [cp, Tp/cp].
+  const PreparedCase pc = prepare_case(c);
+  const st::File f = exec::inputs_file(c, pc.inputs, pc.injected);
+  const TensorI rr = st::to_ints(f.tensors.at("rank_rows"), "rank_rows");
+  ASSERT_EQ(rr.shape, (Shape{2, 4}));
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(rr.data[r * 4 + i], pc.layout.rank_rows[r][i]);
+      EXPECT_EQ(parsed["rank_rows"][r][i].get<int64_t>(), pc.layout.rank_rows[r][i]);
+    }
+  EXPECT_EQ(f.metadata.at("cp"), "2");
+  EXPECT_EQ(f.metadata.at("layout"), "zigzag");
   const auto cat = nlohmann::json::parse(exec::catalogue_json());
   EXPECT_EQ(cat["format"], "dsa-parity/catalogue/v1");
   EXPECT_EQ(cat["tensors"].size(), catalogue().size());
