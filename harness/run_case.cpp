@@ -16,7 +16,7 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
-CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle);
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle);
 
 PreparedCase prepare_case(const Case& c) {
   validate(c.problem);
@@ -52,7 +52,7 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
   return v;
 }
 
-CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
   const PreparedCase pc = prepare_case(c);
   const std::vector<std::string> tags = feature_tags(c);
 
