@@ -22,11 +22,15 @@ std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOpti
   if (spec == "auto") return cuda_device_present() ? make_cuda_backend(opt) : make_reference_backend("lowp", Precision::bf16);
   if (spec.rfind("mutant:", 0) == 0)
     return make_reference_backend(spec, Precision::bf16, parse_mutant(spec.substr(7)));
+  if (spec.rfind("exec2:", 0) == 0) {
+    require(spec.size() > 6, "backend", "exec2: needs a worker command, e.g. exec2:\"python3 -m my_worker\"");
+    return make_exec2_backend(spec.substr(6), opt);
+  }
   if (spec.rfind("exec:", 0) == 0) {
     require(spec.size() > 5, "backend", "exec: needs a command, e.g. exec:\"python3 my_kernel.py\"");
     return make_exec_backend(spec.substr(5), opt);
   }
-  throw InvalidInput("backend", "must be one of reference|lowp|cuda|auto|mutant:NAME|exec:CMD, got " + text::quoted(spec));
+  throw InvalidInput("backend", "must be one of reference|lowp|cuda|auto|mutant:NAME|exec:CMD|exec2:CMD, got " + text::quoted(spec));
 }
 
 }  // namespace dsa

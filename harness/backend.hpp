@@ -30,14 +30,18 @@ class Backend {
   // selects its corpus likewise (listing what it leaves out), so a backend with one path is not
   // flooded with cases it can only report as cannot-run; `replay` runs every file (cannot-run).
   virtual std::vector<Path> paths() const { return all_paths(); }
+  // The stages it implements. run_case checks only the case's stages among these (the others are
+  // listed in the verdict's message as not checked); a case none of whose stages it implements is
+  // cannot-run. exec2:CMD workers declare theirs in the capabilities handshake.
+  virtual std::vector<Stage> stages() const { return {std::begin(kStages), std::end(kStages)}; }
 };
 
 struct BackendOptions {
   std::string comm = "auto";      // cuda only: nccl | local | auto
-  double exec_timeout_s = 600;    // exec only: the external command's time limit
+  double exec_timeout_s = 600;    // exec, exec2: the external command's time limit (per case)
 };
 
-// reference | lowp | cuda | auto | mutant:NAME | exec:CMD. Throws InvalidInput for an unknown
+// reference | lowp | cuda | auto | mutant:NAME | exec:CMD | exec2:CMD. Throws InvalidInput for an unknown
 // name and Unavailable when the environment cannot run it (e.g. cuda without a device).
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt = {});
 
@@ -48,6 +52,11 @@ std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precisi
 
 // An external implementation behind the exec:CMD protocol (harness/backend_exec.cpp, README).
 std::unique_ptr<Backend> make_exec_backend(const std::string& command, const BackendOptions& opt);
+
+// A persistent worker behind the exec2:CMD protocol v2 (harness/backend_exec2.cpp, README): started
+// here (capabilities handshake; Unavailable when the worker cannot complete it), restarted after a
+// crash or a timeout.
+std::unique_ptr<Backend> make_exec2_backend(const std::string& command, const BackendOptions& opt);
 
 // The fused kernels (harness/backend_cuda.cpp). Throws Unavailable when built without CUDA or
 // when no device is present.

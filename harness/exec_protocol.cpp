@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
 #include "core/layout.hpp"
@@ -53,13 +56,83 @@ st::File inputs_file(const Case& c, const Inputs& in, const std::optional<Tensor
   for (int64_t g = 0; g < L.tp; ++g) real.data[g] = L.is_real(g);
   f.tensors["real"] = st::from_ints(real);
   if (injected) f.tensors["indices"] = st::from_ints(*injected);
+  TensorI rr({L.cp, L.rows_per_rank()});
+  for (int64_t r = 0; r < L.cp; ++r)
+    for (int64_t i = 0; i < L.rows_per_rank(); ++i) rr.data[r * L.rows_per_rank() + i] = int32_t(L.rank_rows[r][i]);
+  f.tensors["rank_rows"] = st::from_ints(rr);
+  f.metadata["cp"] = std::to_string(L.cp);
+  f.metadata["layout"] = name(L.kind);
+  f.metadata["pad_rows"] = name(L.pad_rows);
   f.metadata["format"] = "dsa-parity/exec-inputs/v1";
   f.metadata["case"] = describe(c);
   return f;
 }
 
+std::string layout_json(const Case& c) {
+  const StreamLayout L = layout_of(c);
+  nlohmann::json j;
+  j["format"] = "dsa-parity/exec-layout/v1";
+  j["tp"] = L.tp;
+  j["cp"] = L.cp;
+  j["layout"] = name(L.kind);
+  j["pad_multiple"] = c.problem.cp.effective_pad_multiple();
+  j["pad_rows"] = name(L.pad_rows);
+  j["rows_per_rank"] = L.rows_per_rank();
+  j["cu_padded"] = L.cu;
+  j["lengths"] = L.lengths;
+  std::vector<int> real(L.real.begin(), L.real.end());
+  j["real"] = real;
+  j["rank_rows"] = L.rank_rows;
+  return j.dump() + "\n";
+}
+
+std::string catalogue_json() {
+  auto role = [](Role r) {
+    switch (r) {
+      case Role::input: return "input";
+      case Role::injected: return "injected";
+      case Role::output: return "output";
+      case Role::gradient: return "gradient";
+    }
+    return "?";
+  };
+  static const char* const extents[] = {"Tp", "K'", "H", "Dn", "R", "C", "Dv", "HI", "DI", "1"};
+  nlohmann::json j;
+  j["format"] = "dsa-parity/catalogue/v1";
+  j["stages"] = nlohmann::json::array();
+  for (Stage s : kStages) j["stages"].push_back(name(s));
+  j["extents"] = {{"Tp", "padded stream length"}, {"K'", "min(topk, Tp)"}, {"H", "dims.H"},
+                  {"Dn", "dims.Dn"}, {"R", "dims.R"}, {"C", "dims.C"}, {"Dv", "dims.Dv"},
+                  {"HI", "dims.HI"}, {"DI", "dims.DI"}, {"1", "one"}};
+  j["tensors"] = nlohmann::json::array();
+  for (const TensorSpec& t : catalogue()) {
+    nlohmann::json shape = nlohmann::json::array();
+    for (Extent e : t.shape) shape.push_back(extents[static_cast<int>(e)]);
+    j["tensors"].push_back({{"name", std::string(t.name)},
+                            {"role", role(t.role)},
+                            {"stage", name(t.stage)},
+                            {"dtype", name(t.dtype)},
+                            {"shape", shape},
+                            {"optional", t.optional},
+                            {"alpha", t.alpha()},
+                            {"meaning", std::string(t.meaning)}});
+  }
+  // What the exec protocols write and accept (safetensors dtype names).
+  j["exec"] = {{"input_dtype", "BF16"},
+               {"index_dtypes", {"I32", "I64"}},
+               {"float_dtypes", {"F32", "BF16", "F16", "F64"}},
+               {"extra_inputs", {{"cu_padded", "I32 [segments+1]"}, {"real", "I32 [Tp]"},
+                                 {"rank_rows", "I32 [cp, Tp/cp]"}, {"indices", "I32 [Tp, K'] (injected only)"}}}};
+  return j.dump(1) + "\n";
+}
+
 void write_inputs(const std::string& folder, const Case& c, const Inputs& in, const std::optional<TensorI>& injected) {
   save_case(c, folder + "/case.json");
+  {
+    std::ofstream o(folder + "/layout.json");
+    o << layout_json(c);
+    if (!o.good()) throw std::runtime_error(folder + "/layout.json: cannot write");
+  }
   st::write_file(folder + "/inputs.safetensors", inputs_file(c, in, injected));
 }
 

@@ -1,11 +1,15 @@
-// The exec:CMD protocol (README "External backends"): the harness writes FOLDER/case.json and
-// FOLDER/inputs.safetensors, runs `CMD FOLDER`, and reads FOLDER/outputs.safetensors.
+// The exec:CMD protocol (README "External backends"): the harness writes FOLDER/case.json,
+// FOLDER/layout.json and FOLDER/inputs.safetensors, runs `CMD FOLDER`, and reads
+// FOLDER/outputs.safetensors. exec2:CMD (protocol v2) writes the same folder per case and talks to
+// one persistent worker over stdin/stdout (harness/exec2_wire.hpp).
 //
 // inputs.safetensors: the ten inputs of SPEC.md §0 in BF16 (q_nope … dO), I32 cu_padded
 // [segments+1] (segment starts of the padded stream, the contiguous layout's trailing pad segment
 // included), I32 real [Tp] (1 for real rows, 0 for pad rows), and I32 indices [Tp, K'] when the
-// case injects the attention's indices. outputs.safetensors: any of output_names(), rows in global
-// stream order; topk I32, every other output F32, BF16 or F64. A missing output is not checked.
+// case injects the attention's indices, I32 rank_rows [cp, Tp/cp] (StreamLayout::rank_rows: each
+// rank's global rows in local order; metadata cp, layout, pad_rows). layout.json carries the same
+// layout as JSON (layout_json). outputs.safetensors: any of output_names(), rows in global stream
+// order; topk I32 or I64, every other output F32, BF16, F16 or F64. A missing output is not checked.
 #pragma once
 
 #include <chrono>
@@ -25,7 +29,15 @@ const std::vector<std::string>& output_names();
 Shape output_shape(const std::string& name, const Problem& p, int64_t tp);
 
 st::File inputs_file(const Case& c, const Inputs& in, const std::optional<TensorI>& injected);
-// FOLDER/case.json and FOLDER/inputs.safetensors.
+// The CP layout of the case for a backend that shards: {"format": "dsa-parity/exec-layout/v1", tp,
+// cp, layout, pad_multiple, pad_rows, rows_per_rank, cu_padded, lengths, real, rank_rows}.
+std::string layout_json(const Case& c);
+// THE tensor catalogue (core/catalogue.hpp) as JSON, what `dsa-parity catalogue --json` prints and
+// what exec2 writes to SESSION/catalogue.json: {"format": "dsa-parity/catalogue/v1", stages,
+// extents, tensors: [{name, role, stage, dtype, shape, optional, meaning}], exec: {input_dtype,
+// index_dtypes, float_dtypes}}.
+std::string catalogue_json();
+// FOLDER/case.json, FOLDER/layout.json and FOLDER/inputs.safetensors.
 void write_inputs(const std::string& folder, const Case& c, const Inputs& in, const std::optional<TensorI>& injected);
 
 struct FolderInputs {

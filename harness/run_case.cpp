@@ -1,5 +1,6 @@
 #include "harness/run_case.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/errors.hpp"
@@ -15,12 +16,43 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle);
+
 PreparedCase prepare_case(const Case& c) {
   validate(c.problem);
   return prepare(c.problem, generate_inputs(c), injected_indices(c), c.stages);
 }
 
-CaseVerdict run_case(const Case& c, Backend& b, Oracle* oracle) {
+CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
+  // Only the stages the backend implements are checked; the others are named in the message.
+  Case c = asked;
+  std::string skipped;
+  {
+    const std::vector<Stage> implemented = b.stages();
+    std::vector<Stage> kept;
+    for (Stage s : asked.stages) {
+      if (std::find(implemented.begin(), implemented.end(), s) != implemented.end())
+        kept.push_back(s);
+      else
+        skipped += (skipped.empty() ? "" : ", ") + std::string(name(s));
+    }
+    if (kept.empty()) {
+      CaseVerdict v;
+      v.verdict = Verdict::cannot_run;
+      v.message = "backend " + b.name() + " implements none of the case's stages (" + skipped + ")";
+      return v;
+    }
+    c.stages = kept;
+  }
+  CaseVerdict v = run_case_stages(c, b, oracle);
+  if (!skipped.empty()) {
+    const std::string note = "stages not implemented by the backend, not checked: " + skipped;
+    v.message = v.message.empty() ? note : v.message + "; " + note;
+  }
+  return v;
+}
+
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
   const PreparedCase pc = prepare_case(c);
   const std::vector<std::string> tags = feature_tags(c);
 

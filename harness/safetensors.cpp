@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -28,12 +29,25 @@ using nlohmann::json;
 }
 
 bool parse_dtype(const std::string& s, DType& d) {
-  for (DType x : {DType::BF16, DType::F32, DType::F64, DType::I32})
+  for (DType x : {DType::BF16, DType::F32, DType::F64, DType::I32, DType::F16, DType::I64})
     if (s == name(x)) {
       d = x;
       return true;
     }
   return false;
+}
+
+// IEEE binary16 to double, exactly (subnormals, ±inf and NaN included).
+double f16_value(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  double v;
+  if (exp == 0)
+    v = std::ldexp(double(man), -24);
+  else if (exp == 31)
+    v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else
+    v = std::ldexp(double(man | 0x400), exp - 25);
+  return sign ? -v : v;
 }
 
 uint16_t bf16_bits(double v) {  // v is rounded to bf16 first, so the float's low half is zero
@@ -49,11 +63,15 @@ const char* name(DType d) {
     case DType::F32: return "F32";
     case DType::F64: return "F64";
     case DType::I32: return "I32";
+    case DType::F16: return "F16";
+    case DType::I64: return "I64";
   }
   return "?";
 }
 
-int64_t dtype_size(DType d) { return d == DType::BF16 ? 2 : d == DType::F64 ? 8 : 4; }
+int64_t dtype_size(DType d) {
+  return d == DType::BF16 || d == DType::F16 ? 2 : d == DType::F64 || d == DType::I64 ? 8 : 4;
+}
 
 File parse(const std::vector<uint8_t>& b, const std::string& what) {
   if (b.size() < 8) fail(what, "shorter than the 8-byte header length");
@@ -89,7 +107,7 @@ File parse(const std::vector<uint8_t>& b, const std::string& what) {
       fail(what, t + " needs dtype, shape and data_offsets");
     Entry e;
     if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), e.dtype))
-      fail(what, t + " has dtype " + text::one_line(v["dtype"].dump(), 80) + "; supported: BF16, F32, F64, I32");
+      fail(what, t + " has dtype " + text::one_line(v["dtype"].dump(), 80) + "; supported: BF16, F16, F32, F64, I32, I64");
     if (!v["shape"].is_array()) fail(what, t + " shape is not an array");
     uint64_t count = 1;
     for (const json& d : v["shape"]) {
@@ -188,7 +206,9 @@ Entry from_doubles(const TensorD& t, DType dtype) {
         break;
       }
       case DType::F64: std::memcpy(p + 8 * i, &v, 8); break;
-      case DType::I32: throw std::logic_error("safetensors: from_doubles cannot write I32");
+      case DType::I32:
+      case DType::I64:
+      case DType::F16: throw std::logic_error(std::string("safetensors: from_doubles cannot write ") + name(dtype));
     }
   }
   return e;
@@ -204,7 +224,8 @@ Entry from_ints(const TensorI& t) {
 }
 
 TensorD to_doubles(const Entry& e, const std::string& what) {
-  if (e.dtype == DType::I32) throw std::runtime_error(what + ": expected a float dtype (F32, BF16, F64), got I32");
+  if (e.dtype == DType::I32 || e.dtype == DType::I64)
+    throw std::runtime_error(what + ": expected a float dtype (F32, BF16, F16, F64), got " + name(e.dtype));
   TensorD t(e.shape);
   const uint8_t* p = e.bytes.data();
   for (int64_t i = 0; i < t.size(); ++i) {
@@ -213,6 +234,10 @@ TensorD to_doubles(const Entry& e, const std::string& what) {
       uint16_t x;
       std::memcpy(&x, p + 2 * i, 2);
       t.data[i] = is_poison_bits(x) ? unwritten_value() : double(std::bit_cast<float>(uint32_t(x) << 16));
+    } else if (e.dtype == DType::F16) {
+      uint16_t x;
+      std::memcpy(&x, p + 2 * i, 2);
+      t.data[i] = is_poison_bits(x) ? unwritten_value() : f16_value(x);
     } else if (e.dtype == DType::F32) {
       uint32_t x;
       std::memcpy(&x, p + 4 * i, 4);
@@ -227,9 +252,21 @@ TensorD to_doubles(const Entry& e, const std::string& what) {
 }
 
 TensorI to_ints(const Entry& e, const std::string& what) {
-  if (e.dtype != DType::I32) throw std::runtime_error(what + ": expected dtype I32, got " + name(e.dtype));
+  if (e.dtype != DType::I32 && e.dtype != DType::I64)
+    throw std::runtime_error(what + ": expected dtype I32 or I64, got " + name(e.dtype));
   TensorI t(e.shape);
-  std::memcpy(t.data.data(), e.bytes.data(), e.bytes.size());
+  if (e.dtype == DType::I32) {
+    std::memcpy(t.data.data(), e.bytes.data(), e.bytes.size());
+    return t;
+  }
+  for (int64_t i = 0; i < t.size(); ++i) {
+    int64_t x;
+    std::memcpy(&x, e.bytes.data() + 8 * i, 8);
+    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max())
+      throw std::runtime_error(what + ": I64 value " + std::to_string(x) + " at element " + std::to_string(i) +
+                               " does not fit in I32");
+    t.data[i] = int32_t(x);
+  }
   return t;
 }
 

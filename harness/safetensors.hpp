@@ -13,7 +13,9 @@
 
 namespace dsa::st {
 
-enum class DType { BF16, F32, F64, I32 };
+// F16 and I64 are read (outputs of a backend: F16 converted like BF16, I64 top-k like I32); the
+// harness itself writes BF16, F32, F64 and I32.
+enum class DType { BF16, F32, F64, I32, F16, I64 };
 const char* name(DType d);
 int64_t dtype_size(DType d);
 
@@ -42,9 +44,9 @@ std::vector<uint8_t> serialize(const File& f);
 // Conversions. BF16 and F32 round to nearest even (values already of that precision are exact).
 Entry from_doubles(const TensorD& t, DType dtype);
 Entry from_ints(const TensorI& t);
-// Any float dtype to double (exact); throws std::runtime_error for I32.
+// Any float dtype (BF16, F16, F32, F64) to double (exact); throws std::runtime_error for I32/I64.
 TensorD to_doubles(const Entry& e, const std::string& what);
-// I32 only; throws std::runtime_error otherwise.
+// I32, or I64 whose every value fits in int32; throws std::runtime_error otherwise.
 TensorI to_ints(const Entry& e, const std::string& what);
 
 }  // namespace dsa::st

@@ -110,6 +110,28 @@ TEST(Safetensors, Bf16RoundsToNearestEven) {
   EXPECT_EQ(back.data, (std::vector<double>{1.0, 1.0 + 0x1p-6}));
 }
 
+// F16 floats convert exactly (normal, subnormal, inf); I64 indices convert when they fit in I32.
+TEST(Safetensors, ReadsF16AndI64) {
+  const std::vector<uint8_t> h16 = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 0x00, 0x7c};  // 1, -2, 2^-24, inf
+  const File f = parse(with_header(R"({"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", h16));
+  const TensorD x = to_doubles(f.tensors.at("x"), "x");
+  EXPECT_EQ(x.data[0], 1.0);
+  EXPECT_EQ(x.data[1], -2.0);
+  EXPECT_EQ(x.data[2], std::ldexp(1.0, -24));
+  EXPECT_TRUE(std::isinf(x.data[3]));
+  std::vector<uint8_t> i64(16, 0);
+  const int64_t v[2] = {-1, 7};
+  std::memcpy(i64.data(), v, 16);
+  const File g = parse(with_header(R"({"k":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", i64));
+  const TensorI k = to_ints(g.tensors.at("k"), "k");
+  EXPECT_EQ(k.data[0], -1);
+  EXPECT_EQ(k.data[1], 7);
+  const int64_t big = int64_t(1) << 40;
+  std::memcpy(i64.data(), &big, 8);
+  const File b = parse(with_header(R"({"k":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", i64));
+  EXPECT_THROW(to_ints(b.tensors.at("k"), "k"), std::runtime_error);
+}
+
 TEST(Safetensors, RefusesMalformedFiles) {
   const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   expect_malformed({1, 2, 3}, "shorter than the 8-byte header length");
@@ -118,8 +140,8 @@ TEST(Safetensors, RefusesMalformedFiles) {
   expect_malformed(b, "exceeds the file size");
   expect_malformed(with_header("{\"a\":", {}), "header is not valid JSON");
   expect_malformed(with_header("[1,2]", {}), "header is not a JSON object");
-  expect_malformed(with_header(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", f32_bytes({1})),
-                   "supported: BF16, F32, F64, I32");
+  expect_malformed(with_header(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,4]}})", f32_bytes({1})),
+                   "supported: BF16, F16, F32, F64, I32, I64");
   expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f32_bytes({1, 2})),
                    "holds 8 bytes, its dtype and shape need 12");
   expect_malformed(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", f32_bytes({1, 2})),

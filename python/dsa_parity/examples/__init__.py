@@ -1,0 +1,1 @@
+"""Example exec2 workers (adapters)."""
