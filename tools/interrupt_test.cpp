@@ -356,5 +356,30 @@ TEST(Interrupt, ReportMemoryStaysFlatAsCasesGrow) {
   EXPECT_LT(many, few + 24 * 1024) << "peak RSS " << few << " KB at 100 cases, " << many << " KB at 1500";
 }
 
+// In-process backends are not stopped mid-case: the first signal waits for the case to finish, a
+// second one exits at once (without the report: the partial file beside it is all there is).
+TEST(Interrupt, SecondSignalExitsAtOnce) {
+  const std::string d = scratch();
+  json c = json::parse(slurp(std::string(DSA_SOURCE_DIR) + "/cases/edge/shorter_than_k.json"));
+  c["seqlens"] = {3000};  // about 10 s on lowp
+  c["dims"] = {{"H", 8}, {"Dn", 32}, {"R", 16}, {"C", 64}, {"Dv", 32}, {"HI", 4}, {"DI", 32}};
+  c["topk"] = 256;
+  c["loss"]["mode"] = "dense";
+  std::ofstream(d + "/big.json") << c.dump();
+  const pid_t pid = spawn({"repro", "big.json", "--backend", "lowp", "--report", "r.json"}, d);
+  // The session has started once its streamed report is there.
+  ASSERT_TRUE(wait_for([&] { return fs::exists(d + "/r.json.partial-" + std::to_string(pid)); }, 30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the first signal should wait for the case in flight";
+  const auto t1 = Clock::now();
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid, 30), 143);
+  EXPECT_LT(since(t1), 2.0) << "the second signal did not exit at once";
+  EXPECT_FALSE(fs::exists(d + "/r.json"));
+}
+
 }  // namespace
 }  // namespace dsa
