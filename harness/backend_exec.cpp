@@ -21,6 +21,7 @@
 #include "harness/backend.hpp"
 #include "harness/exec_process.hpp"
 #include "harness/exec_protocol.hpp"
+#include "harness/interrupt.hpp"
 #include "harness/text.hpp"
 
 namespace dsa {
@@ -75,6 +76,8 @@ Exit run_shell(const std::string& line, Captured& cap, std::chrono::steady_clock
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill
+  // Registered for the signal path (harness/interrupt.hpp): SIGINT/SIGTERM kill the group at once.
+  const interrupt::ChildGroup group(pid);
   close(fds[1]);
   fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   Exit ex;
@@ -86,6 +89,14 @@ Exit run_shell(const std::string& line, Captured& cap, std::chrono::steady_clock
       kill(-pid, SIGKILL);
       close(fds[0]);
       throw std::runtime_error("exec: waitpid failed");
+    }
+    if (const int sig = interrupt::pending()) {  // interrupted: nothing of the command survives the run
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &ex.status, 0) < 0 && errno == EINTR) {
+      }
+      close(fds[0]);
+      throw interrupt::Stopped{sig};
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
@@ -105,6 +116,10 @@ Exit run_shell(const std::string& line, Captured& cap, std::chrono::steady_clock
   }
   // The shell is gone; whatever it left running in its group goes too.
   kill(-pid, SIGKILL);
+  if (const int sig = interrupt::pending()) {  // the signal path killed it: no verdict of the command
+    close(fds[0]);
+    throw interrupt::Stopped{sig};
+  }
   // Drain what is left; a process that escaped the group (setsid) and keeps the pipe open is not
   // waited for beyond a short grace.
   const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
@@ -127,8 +142,9 @@ class ExecBackend final : public Backend {
     const std::string line = command_ + " " + shell_quote(dir.path);
     const auto t0 = std::chrono::steady_clock::now();
     // One time limit for the command and for reading what it wrote.
-    const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                   std::chrono::duration<double>(std::min(timeout_s_, 1e9)));
+    // Capped by the session's hard time limit (1.5 x --time-budget), where the case is unfinished.
+    const auto deadline = interrupt::capped(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                     std::chrono::duration<double>(std::min(timeout_s_, 1e9))));
     Captured cap;
     const Exit ex = run_shell(line, cap, deadline);
     BackendRun r;
@@ -142,7 +158,10 @@ class ExecBackend final : public Backend {
     };
     std::ostringstream limit;
     limit << "timed out after " << timeout_s_ << " s";
-    if (ex.timed_out) throw failure(limit.str());
+    if (ex.timed_out) {
+      interrupt::throw_if_past_deadline();
+      throw failure(limit.str());
+    }
     if (WIFSIGNALED(ex.status)) throw failure("was killed by signal " + std::to_string(WTERMSIG(ex.status)));
     if (const int code = WEXITSTATUS(ex.status); code != 0) {
       // The shell reports a child killed by signal N as 128 + N.
@@ -153,8 +172,10 @@ class ExecBackend final : public Backend {
       r.result = exec::read_outputs(dir.path + "/outputs.safetensors", c, deadline);
     } catch (const std::exception& e) {
       const std::string why = e.what();
-      if (why.find("timed out while reading") != std::string::npos)
+      if (why.find("timed out while reading") != std::string::npos) {
+        interrupt::throw_if_past_deadline();
         throw failure(limit.str() + " (while reading its outputs)");
+      }
       throw failure(std::string("wrote a bad outputs file: ") + text::safe(why, 2000));
     }
     return r;

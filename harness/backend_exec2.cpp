@@ -36,6 +36,7 @@
 #include "core/layout.hpp"
 #include "harness/backend.hpp"
 #include "harness/exec_process.hpp"
+#include "harness/interrupt.hpp"
 #include "harness/exec_protocol.hpp"
 #include "harness/text.hpp"
 
@@ -119,7 +120,6 @@ class Worker {
     int in[2], out[2], err[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) throw std::runtime_error("exec2: socketpair failed");
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("exec2: pipe failed");
-    // (interrupt hook: the process group below is registered once it exists, and unregistered in stop().)
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("exec2: fork failed");
     if (pid_ == 0) {  // only async-signal-safe calls until exec
@@ -131,6 +131,7 @@ class Worker {
       _exit(127);
     }
     setpgid(pid_, pid_);
+    interrupt::add_group(pid_);  // SIGINT/SIGTERM kill the worker's group at once (harness/interrupt.hpp)
     close(in[1]);
     close(out[1]);
     close(err[1]);
@@ -158,6 +159,7 @@ class Worker {
     }
     kill(-pid_, SIGKILL);
     kill(pid_, SIGKILL);
+    interrupt::remove_group(pid_);
     if (status_ < 0) {
       int st = 0;
       while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
@@ -207,6 +209,7 @@ class Worker {
         line = buf_;
         return Read::eof;
       }
+      if (const int sig = interrupt::pending()) throw interrupt::Stopped{sig};  // the worker is killed already
       const auto now = Clock::now();
       if (now >= deadline) return Read::timeout;
       const int wait_ms = int(std::clamp<int64_t>(
@@ -323,7 +326,7 @@ class Exec2Backend final : public Backend {
     if (!any) throw Unavailable(who + " implements none of the case's stages");
 
     const auto t0 = Clock::now();
-    const Clock::time_point limit = deadline();
+    const Clock::time_point limit = interrupt::capped(deadline());  // the session's hard deadline too
     if (!worker_) start(limit);  // a restart after a crash; failing it fails this case
     worker_->clear_stderr();
     const int64_t id = ++cases_;
@@ -342,7 +345,9 @@ class Exec2Backend final : public Backend {
     std::string line;
     switch (worker_->read_line(line, limit)) {
       case Worker::Read::line: break;
-      case Worker::Read::timeout: fail_and_stop(timed_out());
+      case Worker::Read::timeout:
+        interrupt::throw_if_past_deadline();  // the session's cap, not the worker's: unfinished
+        fail_and_stop(timed_out());
       case Worker::Read::too_long: fail_and_stop("wrote garbage on stdout (a line over 1 MiB): " + text::safe(line, 300));
       case Worker::Read::eof: {
         const std::string how = worker_->how_it_ended();

@@ -1,8 +1,12 @@
 #include "harness/fuzz.hpp"
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -10,6 +14,7 @@
 #include "harness/bucket.hpp"
 #include "harness/case.hpp"
 #include "harness/generate.hpp"
+#include "harness/interrupt.hpp"
 #include "harness/report.hpp"
 #include "harness/oracle_choice.hpp"
 #include "harness/run_case.hpp"
@@ -68,6 +73,15 @@ std::string output_dir(const std::string& report) {
   return (p.parent_path() / (p.stem().string() + "-cases")).string();
 }
 
+std::string run_id(uint64_t seed) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return std::string(buf) + "-" + std::to_string(getpid()) + "-seed" + std::to_string(seed);
+}
+
 namespace {
 
 bool is_mutant(const std::string& backend_name) { return backend_name.rfind("mutant:", 0) == 0; }
@@ -120,6 +134,9 @@ ShrinkRecord shrink_and_save(const Case& c, const CaseVerdict& v, Backend& b, do
 ProfileDefaults checked_defaults(const SessionOptions& o) {
   const ProfileDefaults defaults = profile_defaults(o.profile);
   require(!(o.cases && o.time_budget_s), "--cases", "give either --cases or --time-budget, not both");
+  // Report files that could not be written are bad usage, found before the first case.
+  if (!o.report.empty()) check_output_file(o.report, "--report");
+  if (!o.junit.empty()) check_output_file(o.junit, "--junit");
   return defaults;
 }
 
@@ -170,12 +187,25 @@ int run_session(const SessionOptions& o, Backend& backend) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  // SIGINT / SIGTERM from here on stop the run between cases (and the exec backend's command).
+  interrupt::Guard guard;
 
   const ProfileDefaults defaults = checked_defaults(o);
   const std::string bname = backend.name();
-  const std::string out_dir = output_dir(o.report);
+  // The files of this run (failing cases, shrunk mutant cases) go into a folder of its own, so
+  // that concurrent runs never share one.
+  const std::string out_dir = (fs::path(output_dir(o.report)) / run_id(o.seed)).string();
   // The paths random cases take (and, under fuzz, the corpus cases selected below).
   const std::vector<Path> paths = session_paths(o.paths, backend);
+
+  // --time-budget is a hard limit: no random case starts after the budget, and a case still in
+  // flight at 1.5x the budget is stopped (the exec backend caps its command there) and reported
+  // unfinished. In-process backends cannot be stopped mid-case.
+  std::optional<double> hard_limit_s;
+  if (o.time_budget_s) {
+    hard_limit_s = 1.5 * *o.time_budget_s;
+    interrupt::set_deadline(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*hard_limit_s)));
+  }
 
   // The oracle is made once per session (the GPU one keeps its device state across cases).
   std::unique_ptr<Oracle> oracle = make_oracle(o.oracle);
@@ -209,13 +239,39 @@ int run_session(const SessionOptions& o, Backend& backend) {
   if (!o.random || random_cases) total = static_cast<int64_t>(files.size()) + (random_cases ? *random_cases : 0);
   Progress progress(o.progress, total, o.time_budget_s);
 
-  std::vector<CaseRecord> records;
-  std::set<std::string> shrunk_keys;
-  int64_t failures = 0;
+  // The report and JUnit stream to disk as cases finish; only counts and bucket rows stay in
+  // memory (RunTally), never the case records.
+  std::optional<ReportStream> report;
+  std::optional<JunitStream> junit;
+  if (!o.report.empty()) report.emplace(o.report, ctx, /*indent=*/total && *total <= 1000);
+  if (!o.junit.empty()) junit.emplace(o.junit, ctx);
 
+  RunTally tally;
+  std::set<std::string> shrunk_keys;
+  int64_t next_index = 0;
+  int stop_signal = 0;     // SIGINT / SIGTERM received: the run ends after what is done
+  bool past_limit = false;  // the hard time limit passed
+
+  auto record = [&](CaseRecord& r) {
+    tally.add(r);
+    if (report) report->add(r);
+    if (junit) junit->add(ctx, r);
+    progress.update(tally.cases, tally.failed);
+  };
+  auto unfinished = [&](CaseRecord& r, const std::string& what) {
+    r.unfinished = true;
+    r.v = CaseVerdict{};
+    r.v.verdict = Verdict::not_run;
+    char b[160];
+    std::snprintf(b, sizeof b, "unfinished: %s at the hard time limit, 1.5 x --time-budget (%.3g s)", what.c_str(),
+                  hard_limit_s ? *hard_limit_s : 0.0);
+    r.v.message = b;
+  };
+
+  // Runs one case and records it; false when the run must stop (a signal, the hard time limit).
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file) {
     CaseRecord r;
-    r.index = static_cast<int64_t>(records.size());
+    r.index = next_index;
     r.origin = origin;
     r.c = c;
     r.case_file = file;
@@ -225,9 +281,16 @@ int run_session(const SessionOptions& o, Backend& backend) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass
       r.v.message = std::string("the generated case is invalid: ") + e.what();
+    } catch (const interrupt::Stopped& s) {
+      if (s.signal) {  // the case in flight is not done: the report holds the cases before it
+        stop_signal = s.signal;
+        return false;
+      }
+      unfinished(r, "stopped");
+      past_limit = true;
     }
+    ++next_index;
     if (r.v.failed()) {
-      ++failures;
       if (r.case_file.empty()) {
         r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
         fs::create_directories(out_dir);
@@ -241,9 +304,17 @@ int run_session(const SessionOptions& o, Backend& backend) {
       // shrinking drops them anyway.
       if (o.shrink && shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
-        r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, r.case_file);
-        std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
-                    r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
+        try {
+          r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, r.case_file);
+          std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
+                      r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
+        } catch (const interrupt::Stopped& s) {  // the case is done; its shrinking is not
+          std::printf("  shrinking stopped (%s)\n", s.signal ? "interrupted" : "time limit");
+          if (s.signal)
+            stop_signal = s.signal;
+          else
+            past_limit = true;
+        }
       }
       std::fflush(stdout);
     } else if (r.v.verdict != Verdict::pass) {
@@ -252,39 +323,59 @@ int run_session(const SessionOptions& o, Backend& backend) {
                   describe(c).c_str(), r.v.message.c_str());
     }
     if (o.verbose) std::printf("%s %s\n%s", name(r.v.verdict), describe(c).c_str(), checks_table(r.v).c_str());
-    records.push_back(std::move(r));
-    progress.update(static_cast<int64_t>(records.size()), failures);
+    record(r);
+    if (!stop_signal) stop_signal = interrupt::pending();
+    return !stop_signal && !past_limit;
   };
 
   if (o.random) print_random_header(o, bname, paths);
   for (const auto& file : ctx.not_selected)
     std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
-  for (auto& [file, c] : files) run_one(c, file, file);
-  if (o.random) {
+  bool go = !(stop_signal = interrupt::pending());
+  for (auto& [file, c] : files) {
+    if (!go) break;
+    if (hard_limit_s && elapsed() >= *hard_limit_s) past_limit = true;
+    if (past_limit) {  // corpus cases always start, unless the hard limit has passed: listed, not run
+      CaseRecord r;
+      r.index = next_index++;
+      r.origin = file;
+      r.c = c;
+      r.case_file = file;
+      unfinished(r, "not started");
+      record(r);
+      continue;
+    }
+    go = run_one(c, file, file);
+  }
+  if (o.random && go && !past_limit) {
     for (int64_t i = 0;; ++i) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
-      run_one(random_case(o.profile, o.seed, i, paths),
-              "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "");
+      if (!run_one(random_case(o.profile, o.seed, i, paths),
+                   "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), ""))
+        break;
     }
   }
   progress.finish();
+  interrupt::set_deadline(std::nullopt);
 
-  int64_t unrun = 0;
-  for (auto& r : records) unrun += r.v.verdict == Verdict::not_run || r.v.verdict == Verdict::cannot_run;
-  ctx.exit_code = failures ? 1 : unrun ? 3 : 0;
+  ctx.interrupted = stop_signal != 0;
+  ctx.exit_code = stop_signal          ? interrupt::exit_code(stop_signal)
+                  : tally.failed       ? 1
+                  : tally.not_run + tally.cannot_run ? 3
+                                       : 0;
   ctx.seconds = elapsed();
-  std::printf("%s", summary_table(records, ctx.seconds).c_str());
-  if (!o.report.empty()) {
-    // Indented for reading, compact for long runs.
-    // Invalid UTF-8 that reached the report anyway (a path) is written as U+FFFD, never a throw.
-    write_text_file(o.report, report_json(ctx, records).dump(records.size() > 1000 ? -1 : 1, ' ', false,
-                                                             nlohmann::json::error_handler_t::replace) +
-                                  "\n");
+  std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
+  if (stop_signal)
+    std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
+                stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",
+                (long long)tally.cases, ctx.exit_code);
+  if (report) {
+    report->finish(ctx, tally);
     std::printf("report: %s\n", o.report.c_str());
   }
-  if (!o.junit.empty()) {
-    write_text_file(o.junit, junit_xml(ctx, records));
+  if (junit) {
+    junit->finish(ctx, tally);
     std::printf("junit: %s\n", o.junit.c_str());
   }
   std::fflush(stdout);

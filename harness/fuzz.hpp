@@ -49,9 +49,12 @@ std::string default_corpus();
 // A dir that is a file yields itself. Throws InvalidInput(field, ...) when dir does not exist.
 std::vector<std::string> corpus_files(const std::string& dir, const std::string& field);
 
-// Where failing cases and shrunk mutant cases are written: next to the report
-// (<report without .json>-cases/), else ./dsa-parity-out/.
+// The folder under which each run writes its failing cases and shrunk mutant cases: next to the
+// report (<report without .json>-cases/), else ./dsa-parity-out/. A run writes into a folder of
+// its own below it, <output_dir>/<run_id>/, so that concurrent runs never share a file.
 std::string output_dir(const std::string& report);
+// UTC time, pid and seed: 20261203T081500Z-12345-seed7.
+std::string run_id(uint64_t seed);
 
 // fuzz --path: absorbed | explicit | any (both) | auto (nullopt: what the backend implements).
 // Throws InvalidInput("--path", ...) for any other value.
@@ -66,7 +69,10 @@ std::vector<Path> session_paths(const std::optional<std::vector<Path>>& asked, c
 std::string paths_text(const std::vector<Path>& paths);
 
 // Runs the session; returns the exit code (0 all passed, 1 a failure, 3 some case could not run
-// and none failed). InvalidInput (exit 2) and Unavailable (exit 3) propagate.
+// and none failed, 130 / 143 stopped by SIGINT / SIGTERM: the report and JUnit then hold the
+// cases done, marked interrupted). InvalidInput (exit 2) and Unavailable (exit 3) propagate; a
+// --report or --junit path that cannot be written is InvalidInput before the first case. The
+// report and JUnit are streamed to disk as cases finish (harness/report.hpp).
 int run_session(const SessionOptions& o);
 // The same on a backend made by the caller (o.backend and o.backend_opt are not used).
 int run_session(const SessionOptions& o, Backend& backend);

@@ -1,6 +1,10 @@
 #include "harness/report.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cctype>
@@ -161,7 +165,8 @@ json record_json(const CaseRecord& r) {
             {"not_checked", not_checked},
             {"timings", {{"backend_s", v.backend_s}, {"oracle_s", v.oracle_s}, {"compare_s", v.compare_s}}},
             {"repro", r.repro.empty() ? json(nullptr) : json(r.repro)},
-            {"case_file", r.case_file.empty() ? json(nullptr) : json(r.case_file)}};
+            {"case_file", r.case_file.empty() ? json(nullptr) : json(r.case_file)},
+            {"unfinished", r.unfinished}};
   j["failure"] = v.failed() ? json{{"stage", v.stage_name()}, {"tensor", v.tensor}, {"class", name(v.failure)}} : json(nullptr);
   if (r.shrunk) {
     const ShrinkRecord& s = *r.shrunk;
@@ -174,7 +179,46 @@ json record_json(const CaseRecord& r) {
   return j;
 }
 
-json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {
+void RunTally::add(const CaseRecord& r) {
+  ++cases;
+  switch (r.v.verdict) {
+    case Verdict::pass: ++passed; break;
+    case Verdict::fail: ++failed; break;
+    case Verdict::not_run: ++not_run; break;
+    case Verdict::cannot_run: ++cannot_run; break;
+  }
+  unfinished += r.unfinished;
+  int64_t unchecked = 0;
+  for (auto& t : r.v.checks) unchecked += t.status == CheckStatus::not_checked;
+  not_checked_tensors += unchecked;
+  not_checked_cases += unchecked > 0;
+  case_seconds += r.v.backend_s + r.v.oracle_s + r.v.compare_s;
+  if (!r.v.failed()) return;
+  auto it = std::find_if(index_.begin(), index_.end(), [&](auto& e) { return e.first == r.v.bucket; });
+  if (it == index_.end()) {
+    index_.emplace_back(r.v.bucket, buckets.size());
+    Bucket b;
+    b.bucket = r.v.bucket;
+    b.first_case = r.index;
+    b.repro = r.repro;
+    b.stage = r.v.stage_name();
+    b.tensor = r.v.tensor;
+    b.failure_class = name(r.v.failure);
+    buckets.push_back(std::move(b));
+    it = index_.end() - 1;
+  }
+  Bucket& b = buckets[it->second];
+  ++b.count;
+  if (r.shrunk && b.shrunk_file.empty()) b.shrunk_file = r.shrunk->file;
+}
+
+RunTally RunTally::of(const std::vector<CaseRecord>& records) {
+  RunTally t;
+  for (auto& r : records) t.add(r);
+  return t;
+}
+
+json context_json(const RunContext& ctx) {
   json context = environment_json();
   context["tool"] = "dsa-parity";
   context["command"] = ctx.command;
@@ -187,113 +231,153 @@ json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) 
   context["not_selected"] = ctx.not_selected;
   context["started"] = ctx.started;
   context["seconds"] = ctx.seconds;
-
-  json cases = json::array();
-  std::map<std::string, int64_t> verdicts = {{"pass", 0}, {"fail", 0}, {"not-run", 0}, {"cannot-run", 0}};
-  std::map<std::string, json> buckets;
-  std::vector<std::string> order;
-  for (auto& r : records) {
-    cases.push_back(record_json(r));
-    ++verdicts[name(r.v.verdict)];
-    if (!r.v.failed()) continue;
-    auto it = buckets.find(r.v.bucket);
-    if (it == buckets.end()) {
-      order.push_back(r.v.bucket);
-      buckets[r.v.bucket] = {{"bucket", r.v.bucket}, {"count", 0},         {"first_case", r.index},
-                             {"repro", r.repro},     {"stage", r.v.stage_name()}, {"tensor", r.v.tensor},
-                             {"class", name(r.v.failure)}, {"shrunk_file", nullptr}};
-    }
-    json& b = buckets[r.v.bucket];
-    b["count"] = b["count"].get<int64_t>() + 1;
-    if (r.shrunk && b["shrunk_file"].is_null()) b["shrunk_file"] = r.shrunk->file;
-  }
-  json bucket_list = json::array();
-  for (auto& name : order) bucket_list.push_back(buckets[name]);
-  json summary = {{"cases", static_cast<int64_t>(records.size())},
-                  {"passed", verdicts["pass"]},
-                  {"failed", verdicts["fail"]},
-                  {"not_run", verdicts["not-run"]},
-                  {"cannot_run", verdicts["cannot-run"]},
-                  {"exit_code", ctx.exit_code},
-                  {"buckets", bucket_list}};
-  return {{"schema", kReportSchema}, {"context", context}, {"cases", cases}, {"summary", summary}};
+  context["interrupted"] = ctx.interrupted;
+  return context;
 }
 
-std::string junit_xml(const RunContext& ctx, const std::vector<CaseRecord>& records) {
-  int64_t failures = 0, skipped = 0;
-  double total = 0;
-  for (auto& r : records) {
-    failures += r.v.failed();
-    skipped += r.v.verdict == Verdict::not_run || r.v.verdict == Verdict::cannot_run;
-    total += r.v.backend_s + r.v.oracle_s + r.v.compare_s;
-  }
+json summary_json(const RunContext& ctx, const RunTally& t) {
+  json bucket_list = json::array();
+  for (auto& b : t.buckets)
+    bucket_list.push_back({{"bucket", b.bucket},
+                           {"count", b.count},
+                           {"first_case", b.first_case},
+                           {"repro", b.repro},
+                           {"stage", b.stage},
+                           {"tensor", b.tensor},
+                           {"class", b.failure_class},
+                           {"shrunk_file", b.shrunk_file.empty() ? json(nullptr) : json(b.shrunk_file)}});
+  return {{"cases", t.cases},
+          {"passed", t.passed},
+          {"failed", t.failed},
+          {"not_run", t.not_run},
+          {"cannot_run", t.cannot_run},
+          {"unfinished", t.unfinished},
+          {"not_checked_tensors", t.not_checked_tensors},
+          {"not_checked_cases", t.not_checked_cases},
+          {"exit_code", ctx.exit_code},
+          {"buckets", bucket_list}};
+}
+
+json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {
+  json cases = json::array();
+  for (auto& r : records) cases.push_back(record_json(r));
+  return {{"schema", kReportSchema},
+          {"context", context_json(ctx)},
+          {"cases", cases},
+          {"summary", summary_json(ctx, RunTally::of(records))}};
+}
+
+namespace {
+
+std::string number_text(double x) {
   std::ostringstream o;
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<testsuites name=\"dsa-parity\" tests=\"" << records.size() << "\" failures=\"" << failures
-    << "\" skipped=\"" << skipped << "\" time=\"" << total << "\">\n";
-  o << "  <testsuite name=\"dsa-parity " << xml_escape(ctx.command) << " " << xml_escape(ctx.backend)
-    << "\" tests=\"" << records.size() << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped
-    << "\" time=\"" << total << "\" timestamp=\"" << xml_escape(ctx.started) << "\">\n";
-  for (auto& r : records) {
-    const CaseVerdict& v = r.v;
-    o << "    <testcase classname=\"dsa-parity." << xml_escape(ctx.backend) << "\" name=\"" << r.index << " "
-      << xml_escape(describe(r.c)) << "\" time=\"" << (v.backend_s + v.oracle_s + v.compare_s) << "\"";
-    if (v.verdict == Verdict::pass) {
-      o << "/>\n";
-      continue;
-    }
-    o << ">\n";
-    if (v.failed())
-      o << "      <failure type=\"" << xml_escape(name(v.failure)) << "\" message=\"" << xml_escape(v.bucket) << "\">"
-        << xml_escape(v.message + "\nrepro: " + r.repro) << "</failure>\n";
-    else
-      o << "      <skipped message=\"" << xml_escape(std::string(name(v.verdict)) + ": " + v.message) << "\"/>\n";
-    o << "    </testcase>\n";
-  }
-  o << "  </testsuite>\n</testsuites>\n";
+  o << x;
   return o.str();
 }
 
-std::string summary_table(const std::vector<CaseRecord>& records, double seconds) {
-  struct Row {
-    int64_t count = 0, first = 0;
-    std::string repro, shrunk;
+// The attributes of <testsuites> and <testsuite> (after the name) and the suite's properties.
+std::string junit_suites_attributes(const RunTally& t) {
+  return " tests=\"" + std::to_string(t.cases) + "\" failures=\"" + std::to_string(t.failed) + "\" skipped=\"" +
+         std::to_string(t.not_run + t.cannot_run) + "\" time=\"" + number_text(t.case_seconds) + "\"";
+}
+
+std::string junit_suite_attributes(const RunTally& t) {
+  return " tests=\"" + std::to_string(t.cases) + "\" failures=\"" + std::to_string(t.failed) +
+         "\" errors=\"0\" skipped=\"" + std::to_string(t.not_run + t.cannot_run) + "\" time=\"" +
+         number_text(t.case_seconds) + "\"";
+}
+
+std::string junit_properties(const RunContext& ctx, const RunTally& t) {
+  std::string o;
+  auto prop = [&](const char* n, const std::string& v) {
+    o += "\n      <property name=\"" + std::string(n) + "\" value=\"" + xml_escape(v) + "\"/>";
   };
-  std::map<std::string, Row> rows;
-  std::map<std::string, int64_t> verdicts;
-  for (auto& r : records) {
-    ++verdicts[name(r.v.verdict)];
-    if (!r.v.failed()) continue;
-    Row& row = rows[r.v.bucket];
-    if (row.count++ == 0) {
-      row.first = r.index;
-      row.repro = r.repro;
-    }
-    if (r.shrunk && row.shrunk.empty()) row.shrunk = r.shrunk->file;
+  prop("interrupted", ctx.interrupted ? "true" : "false");
+  prop("exit_code", std::to_string(ctx.exit_code));
+  prop("unfinished", std::to_string(t.unfinished));
+  prop("not_checked_tensors", std::to_string(t.not_checked_tensors));
+  prop("not_checked_cases", std::to_string(t.not_checked_cases));
+  prop("seconds", number_text(ctx.seconds));
+  return o + "\n    ";
+}
+
+std::string junit_suites_open(const RunContext& ctx, const std::string& attributes) {
+  (void)ctx;
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dsa-parity\"" + attributes + ">\n";
+}
+
+std::string junit_suite_name(const RunContext& ctx) {
+  return "  <testsuite name=\"dsa-parity " + xml_escape(ctx.command) + " " + xml_escape(ctx.backend) + "\"";
+}
+
+const char* kJunitClose = "  </testsuite>\n</testsuites>\n";
+
+}  // namespace
+
+std::string junit_case_xml(const RunContext& ctx, const CaseRecord& r) {
+  std::ostringstream o;
+  const CaseVerdict& v = r.v;
+  o << "    <testcase classname=\"dsa-parity." << xml_escape(ctx.backend) << "\" name=\"" << r.index << " "
+    << xml_escape(describe(r.c)) << "\" time=\"" << (v.backend_s + v.oracle_s + v.compare_s) << "\"";
+  if (v.verdict == Verdict::pass) {
+    o << "/>\n";
+    return o.str();
   }
-  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second.count > b.second.count; });
+  o << ">\n";
+  if (v.failed())
+    o << "      <failure type=\"" << xml_escape(name(v.failure)) << "\" message=\"" << xml_escape(v.bucket) << "\">"
+      << xml_escape(v.message + "\nrepro: " + r.repro) << "</failure>\n";
+  else
+    o << "      <skipped message=\"" << xml_escape(std::string(name(v.verdict)) + ": " + v.message) << "\"/>\n";
+  o << "    </testcase>\n";
+  return o.str();
+}
+
+std::string junit_xml(const RunContext& ctx, const std::vector<CaseRecord>& records) {
+  const RunTally t = RunTally::of(records);
+  std::string o = junit_suites_open(ctx, junit_suites_attributes(t));
+  o += junit_suite_name(ctx) + junit_suite_attributes(t) + " timestamp=\"" + xml_escape(ctx.started) + "\">\n";
+  o += "    <properties>" + junit_properties(ctx, t) + "</properties>\n";
+  for (auto& r : records) o += junit_case_xml(ctx, r);
+  return o + kJunitClose;
+}
+
+std::string summary_table(const RunTally& t, double seconds, bool interrupted) {
+  std::vector<const RunTally::Bucket*> sorted;
+  for (auto& b : t.buckets) sorted.push_back(&b);
+  std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->count > b->count; });
   std::ostringstream o;
   if (!sorted.empty()) {
     size_t w = 6;
-    for (auto& [b, _] : sorted) w = std::max(w, b.size());
+    for (auto* b : sorted) w = std::max(w, b->bucket.size());
     char line[64];
     o << "\n" << std::string(w, '-') << "  -----  -----\n";
     o << "bucket" << std::string(w - 6, ' ') << "  count  first\n";
     o << std::string(w, '-') << "  -----  -----\n";
-    for (auto& [b, row] : sorted) {
-      std::snprintf(line, sizeof line, "  %5lld  %5lld\n", (long long)row.count, (long long)row.first);
-      o << b << std::string(w - b.size(), ' ') << line;
-      o << "    repro: " << row.repro << "\n";
-      if (!row.shrunk.empty()) o << "    shrunk: " << row.shrunk << "\n";
+    for (auto* b : sorted) {
+      std::snprintf(line, sizeof line, "  %5lld  %5lld\n", (long long)b->count, (long long)b->first_case);
+      o << b->bucket << std::string(w - b->bucket.size(), ' ') << line;
+      o << "    repro: " << b->repro << "\n";
+      if (!b->shrunk_file.empty()) o << "    shrunk: " << b->shrunk_file << "\n";
     }
   }
-  char tail[200];
-  std::snprintf(tail, sizeof tail, "\n%zu cases: %lld passed, %lld failed, %lld not run, %lld cannot run (%.1f s)\n",
-                records.size(), (long long)verdicts["pass"], (long long)verdicts["fail"],
-                (long long)verdicts["not-run"], (long long)verdicts["cannot-run"], seconds);
+  char tail[400];
+  std::snprintf(tail, sizeof tail, "\n%lld cases: %lld passed, %lld failed, %lld not run, %lld cannot run", (long long)t.cases,
+                (long long)t.passed, (long long)t.failed, (long long)t.not_run, (long long)t.cannot_run);
+  o << tail;
+  if (t.unfinished) o << " (" << t.unfinished << " unfinished at the time limit)";
+  if (t.not_checked_tensors) {
+    std::snprintf(tail, sizeof tail, "; %lld tensors not checked in %lld case%s", (long long)t.not_checked_tensors,
+                  (long long)t.not_checked_cases, t.not_checked_cases == 1 ? "" : "s");
+    o << tail;
+  }
+  std::snprintf(tail, sizeof tail, " (%.1f s)%s\n", seconds, interrupted ? ", interrupted" : "");
   o << tail;
   return o.str();
+}
+
+std::string summary_table(const std::vector<CaseRecord>& records, double seconds) {
+  return summary_table(RunTally::of(records), seconds);
 }
 
 std::string checks_table(const CaseVerdict& v) {
@@ -339,6 +423,149 @@ void write_text_file(const std::string& path, const std::string& text) {
   f << text;
   f.close();
   if (!f) throw InvalidInput(path, "cannot write this file");
+}
+
+void check_output_file(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  require(!path.empty(), flag, "needs a file name");
+  require(!fs::is_directory(p, ec), flag, "'" + path + "' is a directory, not a file");
+  if (p.has_parent_path()) {
+    fs::create_directories(p.parent_path(), ec);
+    require(!ec && fs::is_directory(p.parent_path(), ec), flag,
+            "cannot create the folder '" + p.parent_path().string() + "' of '" + path + "'");
+  }
+  // Writable: a file can be made beside it (where the streamed file goes) and it can be replaced.
+  const std::string probe = path + ".probe-" + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  require(fd >= 0, flag, "cannot write '" + path + "': " + std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+}
+
+StreamedFile::StreamedFile(const std::string& path, const std::string& flag)
+    : path_(path), partial_(path + ".partial-" + std::to_string(getpid())), flag_(flag) {
+  check_output_file(path, flag);
+  f_ = std::fopen(partial_.c_str(), "wb");
+  require(f_ != nullptr, flag, "cannot write '" + partial_ + "': " + std::strerror(errno));
+}
+
+StreamedFile::~StreamedFile() {
+  if (!f_) return;
+  std::fclose(f_);
+  unlink(partial_.c_str());
+}
+
+void StreamedFile::write(const std::string& text) {
+  if (!f_) return;
+  if (std::fwrite(text.data(), 1, text.size(), f_) != text.size() || std::fflush(f_) != 0)
+    throw InvalidInput(flag_, "cannot write '" + partial_ + "': " + std::strerror(errno));
+  offset_ += static_cast<int64_t>(text.size());
+}
+
+void StreamedFile::patch(int64_t at, const std::string& text) {
+  if (!f_ || at < 0) return;
+  std::fflush(f_);
+  if (pwrite(fileno(f_), text.data(), text.size(), at) != static_cast<ssize_t>(text.size()))
+    throw InvalidInput(flag_, "cannot write '" + partial_ + "': " + std::strerror(errno));
+}
+
+void StreamedFile::finish() {
+  if (!f_) return;
+  const bool ok = std::fflush(f_) == 0 && fsync(fileno(f_)) == 0;
+  std::fclose(f_);
+  f_ = nullptr;
+  if (!ok || std::rename(partial_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    unlink(partial_.c_str());
+    throw InvalidInput(flag_, "cannot write '" + path_ + "': " + why);
+  }
+}
+
+namespace {
+
+// Placeholders of the streamed header, replaced by blank slots of a fixed width.
+constexpr const char* kSecondsMark = "@@dsa-parity-seconds@@";
+constexpr const char* kInterruptedMark = "@@dsa-parity-interrupted@@";
+constexpr size_t kSecondsSlot = 24, kInterruptedSlot = 5, kAttributeSlot = 160, kPropertiesSlot = 640;
+
+std::string padded(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+// Replaces the quoted mark in text by value padded to width; returns its position.
+int64_t place(std::string& text, const char* mark, const std::string& value, size_t width) {
+  const std::string quoted = std::string("\"") + mark + "\"";
+  const size_t at = text.find(quoted);
+  if (at == std::string::npos) return -1;
+  text.replace(at, quoted.size(), padded(value, width));
+  return static_cast<int64_t>(at);
+}
+
+std::string seconds_text(double s) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.6f", std::isfinite(s) && s >= 0 && s < 1e15 ? s : 0.0);
+  return b;
+}
+
+std::string dump(const json& j, int indent) {
+  // Invalid UTF-8 that reached the report anyway (a path) is written as U+FFFD, never a throw.
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+ReportStream::ReportStream(const std::string& path, const RunContext& ctx, bool indent)
+    : file_(path, "--report"), indent_(indent ? 1 : -1) {
+  json context = context_json(ctx);
+  context["seconds"] = kSecondsMark;
+  context["interrupted"] = kInterruptedMark;
+  std::string head = "{\"schema\": \"" + std::string(kReportSchema) + "\",\n\"context\": " + dump(context, indent_);
+  const int64_t base = file_.offset();
+  int64_t s = place(head, kSecondsMark, "0", kSecondsSlot);
+  const int64_t i = place(head, kInterruptedMark, "false", kInterruptedSlot);
+  // The second replacement moved what follows it.
+  if (i >= 0 && i < s) s += static_cast<int64_t>(kInterruptedSlot) - static_cast<int64_t>(std::strlen(kInterruptedMark) + 2);
+  seconds_at_ = s < 0 ? -1 : base + s;
+  interrupted_at_ = i < 0 ? -1 : base + i;
+  file_.write(head + ",\n\"cases\": [");
+}
+
+void ReportStream::add(const CaseRecord& r) {
+  file_.write((first_ ? "\n" : ",\n") + dump(record_json(r), indent_));
+  first_ = false;
+}
+
+void ReportStream::finish(const RunContext& ctx, const RunTally& t) {
+  file_.write("\n],\n\"summary\": " + dump(summary_json(ctx, t), indent_) + "}\n");
+  file_.patch(seconds_at_, padded(seconds_text(ctx.seconds), kSecondsSlot));
+  file_.patch(interrupted_at_, padded(ctx.interrupted ? "true" : "false", kInterruptedSlot));
+  file_.finish();
+}
+
+JunitStream::JunitStream(const std::string& path, const RunContext& ctx) : file_(path, "--junit") {
+  std::string head = junit_suites_open(ctx, "");
+  suites_at_ = static_cast<int64_t>(head.size()) - 2;  // before ">\n"
+  head.insert(head.size() - 2, std::string(kAttributeSlot, ' '));
+  head += junit_suite_name(ctx);
+  suite_at_ = static_cast<int64_t>(head.size());
+  head += std::string(kAttributeSlot, ' ') + " timestamp=\"" + xml_escape(ctx.started) + "\">\n    <properties>";
+  properties_at_ = static_cast<int64_t>(head.size());
+  head += std::string(kPropertiesSlot, ' ') + "</properties>\n";
+  file_.write(head);
+}
+
+void JunitStream::add(const RunContext& ctx, const CaseRecord& r) { file_.write(junit_case_xml(ctx, r)); }
+
+void JunitStream::finish(const RunContext& ctx, const RunTally& t) {
+  file_.write(kJunitClose);
+  auto fit = [](std::string s, size_t width) { return s.size() > width ? std::string(width, ' ') : padded(s, width); };
+  file_.patch(suites_at_, fit(junit_suites_attributes(t), kAttributeSlot));
+  file_.patch(suite_at_, fit(junit_suite_attributes(t), kAttributeSlot));
+  file_.patch(properties_at_, fit(junit_properties(ctx, t), kPropertiesSlot));
+  file_.finish();
 }
 
 Progress::Progress(bool enabled, std::optional<int64_t> total, std::optional<double> budget_s)

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct CaseRecord {
   std::string case_file;  // a file holding the case (the corpus file, or one written for the failure)
   std::string repro;      // the one-line repro command, for every failure
   std::optional<ShrinkRecord> shrunk;
+  bool unfinished = false;  // stopped at the session's hard time limit (verdict not-run)
 };
 
 struct RunContext {
@@ -48,6 +50,28 @@ struct RunContext {
   std::string started;                // UTC, ISO 8601
   double seconds = 0;
   int exit_code = 0;
+  bool interrupted = false;           // stopped by SIGINT/SIGTERM: the report holds the cases done
+};
+
+// What the summary, the bucket table and JUnit's counts need, without the cases themselves: a
+// long run keeps counts and one row per bucket in memory, never its case records.
+struct RunTally {
+  struct Bucket {
+    std::string bucket, repro, stage, tensor, failure_class, shrunk_file;
+    int64_t count = 0, first_case = 0;
+  };
+  int64_t cases = 0, passed = 0, failed = 0, not_run = 0, cannot_run = 0;
+  int64_t unfinished = 0;           // stopped at the hard time limit (counted in not_run)
+  int64_t not_checked_tensors = 0;  // tensors of the checked stages that were not compared
+  int64_t not_checked_cases = 0;    // cases with at least one of them
+  double case_seconds = 0;          // backend + oracle + compare, over every case
+  std::vector<Bucket> buckets;      // in order of first appearance
+
+  void add(const CaseRecord& r);
+  static RunTally of(const std::vector<CaseRecord>& records);
+
+ private:
+  std::vector<std::pair<std::string, size_t>> index_;  // bucket -> position (few buckets: linear)
 };
 
 // The run context fields that describe the environment: git sha, host, GPU, CUDA/NCCL.
@@ -56,11 +80,75 @@ std::string utc_now();
 
 nlohmann::json check_json(const TensorCheck& t);
 nlohmann::json record_json(const CaseRecord& r);
+nlohmann::json context_json(const RunContext& ctx);
+nlohmann::json summary_json(const RunContext& ctx, const RunTally& t);
+// The whole report / JUnit of records at once (what the streams below write case by case).
 nlohmann::json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records);
 std::string junit_xml(const RunContext& ctx, const std::vector<CaseRecord>& records);
+std::string junit_case_xml(const RunContext& ctx, const CaseRecord& r);
 
-// Summary by bucket, most frequent first, then the counts.
+// Summary by bucket, most frequent first, then the counts; the tensors not checked, and whether
+// the run was interrupted, when so.
+std::string summary_table(const RunTally& t, double seconds, bool interrupted = false);
 std::string summary_table(const std::vector<CaseRecord>& records, double seconds);
+
+// Refuses a --report / --junit path (InvalidInput naming flag) that is a directory or cannot be
+// written, before any case runs; creates its parent folders.
+void check_output_file(const std::string& path, const std::string& flag);
+
+// A file written as cases finish: to "<path>.partial-<pid>" beside path, renamed onto path by
+// finish(). Until then the partial file holds every case done so far; destroyed unfinished (an
+// error ended the run), the partial file is removed.
+class StreamedFile {
+ public:
+  StreamedFile(const std::string& path, const std::string& flag);  // InvalidInput(flag, ...) when it cannot
+  ~StreamedFile();
+  StreamedFile(const StreamedFile&) = delete;
+  StreamedFile& operator=(const StreamedFile&) = delete;
+  int64_t offset() const { return offset_; }
+  void write(const std::string& text);           // appends and flushes to the file
+  void patch(int64_t at, const std::string& text);  // overwrites bytes written earlier
+  void finish();                                 // renames into place
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, partial_, flag_;
+  std::FILE* f_ = nullptr;
+  int64_t offset_ = 0;
+};
+
+// The JSON report, streamed: the schema and the context first, then each case record as it
+// finishes, then the summary. The context's end-of-run fields (seconds, interrupted) are written
+// as padded placeholders and patched in place by finish(): the finished file has the structure
+// of report_json's.
+class ReportStream {
+ public:
+  ReportStream(const std::string& path, const RunContext& ctx, bool indent);
+  void add(const CaseRecord& r);
+  void finish(const RunContext& ctx, const RunTally& t);
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  StreamedFile file_;
+  int indent_;
+  int64_t seconds_at_ = -1, interrupted_at_ = -1;
+  bool first_ = true;
+};
+
+// JUnit XML, streamed the same way: the counts of <testsuites> and <testsuite> and the suite's
+// <properties> (interrupted, unfinished, tensors not checked) go into reserved blank space of the
+// opening tags, patched by finish().
+class JunitStream {
+ public:
+  JunitStream(const std::string& path, const RunContext& ctx);
+  void add(const RunContext& ctx, const CaseRecord& r);
+  void finish(const RunContext& ctx, const RunTally& t);
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  StreamedFile file_;
+  int64_t suites_at_ = -1, suite_at_ = -1, properties_at_ = -1;
+};
 // Per-tensor metrics of one case (what `repro` prints).
 std::string checks_table(const CaseVerdict& v);
 

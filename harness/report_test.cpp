@@ -312,5 +312,92 @@ TEST(Session, AbsorbedOnlyBackendDrawsNoExplicitCaseAndSaysSo) {
   DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
 }
 
+
+// The streamed report and JUnit (what fuzz writes as cases finish) hold what the whole-run
+// functions produce: the same JSON, the same XML up to the blank space reserved for the counts.
+std::string slurp_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+std::string squeeze_blanks(const std::string& s) {
+  std::string o;
+  for (char ch : s)
+    if (!(ch == ' ' && !o.empty() && (o.back() == ' ' || o.back() == '>' || o.back() == '"'))) o += ch;
+  return o;
+}
+
+TEST(ReportStream, StreamedReportAndJunitEqualTheWholeOnes) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dsa-report-stream-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  RunContext ctx;
+  ctx.command = "fuzz";
+  ctx.backend = "lowp";
+  ctx.profile = "smoke";
+  ctx.started = utc_now();
+  const std::vector<CaseRecord> records = sample_records();
+  const std::string rpath = (dir / "sub" / "r.json").string(), jpath = (dir / "j.xml").string();
+  {
+    ReportStream report(rpath, ctx, true);
+    JunitStream junit(jpath, ctx);
+    RunTally t;
+    for (auto& r : records) {
+      report.add(r);
+      junit.add(ctx, r);
+      t.add(r);
+    }
+    // Streamed: the cases are on disk before the end, the target not yet there.
+    EXPECT_FALSE(std::filesystem::exists(rpath));
+    const std::string partial = rpath + ".partial-" + std::to_string(getpid());
+    ASSERT_TRUE(std::filesystem::exists(partial));
+    EXPECT_NE(slurp_file(partial).find("\"index\": 3"), std::string::npos);
+    ctx.seconds = 12.25;
+    ctx.interrupted = true;
+    ctx.exit_code = 143;
+    report.finish(ctx, t);
+    junit.finish(ctx, t);
+    EXPECT_FALSE(std::filesystem::exists(partial));
+  }
+  const json streamed = json::parse(slurp_file(rpath));
+  EXPECT_EQ(streamed, report_json(ctx, records));
+  EXPECT_EQ(streamed["context"]["seconds"], 12.25);
+  EXPECT_EQ(streamed["context"]["interrupted"], true);
+  EXPECT_EQ(streamed["summary"]["not_checked_tensors"], 1);
+  DSA_EXPECT_MATCHES_SCHEMA(streamed, "report.schema.json");
+  const std::string xml = slurp_file(jpath);
+  EXPECT_EQ(squeeze_blanks(xml), squeeze_blanks(junit_xml(ctx, records)));
+  EXPECT_NE(xml.find("tests=\"4\" failures=\"2\""), std::string::npos);
+  EXPECT_NE(xml.find("<property name=\"interrupted\" value=\"true\"/>"), std::string::npos);
+  // A stream destroyed unfinished (an error ended the run) leaves no file behind.
+  {
+    ReportStream report((dir / "gone.json").string(), ctx, false);
+    report.add(records[0]);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "gone.json"));
+  EXPECT_FALSE(std::filesystem::exists((dir / "gone.json").string() + ".partial-" + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ReportStream, OutputPathThatIsADirectoryIsRefusedNamingTheFlag) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  try {
+    check_output_file(dir, "--junit");
+    ADD_FAILURE() << "a directory was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_EQ(e.field, "--junit");
+    EXPECT_NE(e.rule.find("is a directory"), std::string::npos) << e.rule;
+  }
+  EXPECT_THROW(ReportStream("/proc/version/r.json", RunContext{}, false), InvalidInput);
+}
+
+TEST(Session, RunIdNamesTimePidAndSeed) {
+  const std::string id = run_id(7);
+  EXPECT_EQ(id.size(), std::string("20261203T081500Z").size() + 1 + std::to_string(getpid()).size() + 6);
+  EXPECT_EQ(id.substr(16), "-" + std::to_string(getpid()) + "-seed7");
+  EXPECT_EQ(id[8], 'T');
+  EXPECT_EQ(id[15], 'Z');
+}
+
 }  // namespace
 }  // namespace dsa

@@ -27,7 +27,7 @@ static void usage(FILE* out) {
   for (auto& c : dsa::cli::commands())
     std::fprintf(out, "  dsa-parity %-8s %s\n      %s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str());
   std::fprintf(out, "\nexit codes: 0 all passed, 1 parity failure, 2 bad usage or input, 3 environment cannot run it, "
-                    "4 internal error\n");
+                    "4 internal error, 130/143 interrupted by SIGINT/SIGTERM\n");
 }
 
 int main(int argc, char** argv) {
