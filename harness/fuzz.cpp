@@ -9,6 +9,7 @@
 
 #include "harness/bucket.hpp"
 #include "harness/case.hpp"
+#include "harness/coverage.hpp"
 #include "harness/generate.hpp"
 #include "harness/report.hpp"
 #include "harness/oracle_choice.hpp"
@@ -275,11 +276,16 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.exit_code = failures ? 1 : unrun ? 3 : 0;
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(records, ctx.seconds).c_str());
+  Coverage coverage;  // harness/coverage.hpp: widths, heads, regime, cp, structures of the cases run
+  for (const auto& r : records) coverage.add(r.c);
+  std::printf("%s\n", coverage_line(coverage).c_str());
   if (!o.report.empty()) {
+    nlohmann::json report = report_json(ctx, records);
+    report["context"]["coverage"] = to_json(coverage);
     // Indented for reading, compact for long runs.
     // Invalid UTF-8 that reached the report anyway (a path) is written as U+FFFD, never a throw.
-    write_text_file(o.report, report_json(ctx, records).dump(records.size() > 1000 ? -1 : 1, ' ', false,
-                                                             nlohmann::json::error_handler_t::replace) +
+    write_text_file(o.report, report.dump(records.size() > 1000 ? -1 : 1, ' ', false,
+                                          nlohmann::json::error_handler_t::replace) +
                                   "\n");
     std::printf("report: %s\n", o.report.c_str());
   }
