@@ -76,6 +76,25 @@ TEST(NcclComm, WorldSizeOne) {
   exercise(*g, 513);
 }
 
+// The cache of fused/comm/comm.hpp: a group given back is the one handed out next time (no new
+// ncclCommInitAll), and a group in use is never handed out twice.
+TEST(NcclComm, GroupsAreReusedAcrossRuns) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the device communicators run only on a GPU";
+  if (!nccl_available()) GTEST_SKIP() << "built without NCCL";
+  auto a = take_nccl_group(1);
+  CommGroup* first = a.get();
+  const int64_t created = nccl_groups_created();
+  give_back_nccl_group(std::move(a));
+  auto b = take_nccl_group(1);
+  EXPECT_EQ(b.get(), first);
+  EXPECT_EQ(nccl_groups_created(), created);
+  auto c = take_nccl_group(1);  // b is in use: a second group
+  EXPECT_NE(c.get(), b.get());
+  EXPECT_EQ(nccl_groups_created(), created + 1);
+  give_back_nccl_group(std::move(b));
+  give_back_nccl_group(std::move(c));
+}
+
 TEST(NcclComm, RefusesMoreRanksThanGpus) {
   if (!nccl_available()) GTEST_SKIP() << "built without NCCL";
   EXPECT_ANY_THROW(make_nccl_group(device_count() + 1));

@@ -360,7 +360,10 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
 
   const int cp = static_cast<int>(L.cp);
   const CommKind kind = resolve_comm(opt.comm, cp);
-  std::unique_ptr<CommGroup> group = kind == CommKind::nccl ? make_nccl_group(cp) : make_local_group(cp, 0);
+  // NCCL groups come from a per-(world size, device) cache and go back to it after a clean run
+  // (fused/comm/comm.hpp): a cp = 1 fuzz session creates its communicator once, not per case.
+  const bool nccl = kind == CommKind::nccl;
+  std::unique_ptr<CommGroup> group = nccl ? take_nccl_group(cp) : make_local_group(cp, 0);
   std::vector<RankOut> outs(cp);
   std::vector<std::exception_ptr> errs(cp);
   std::vector<std::thread> threads;
@@ -375,7 +378,8 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
     });
   for (auto& t : threads) t.join();
   for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
+    if (e) std::rethrow_exception(e);  // an aborted group is destroyed here, never reused
+  if (nccl) give_back_nccl_group(std::move(group));
 
   Result res;
   const int64_t H = d.H, C = d.C, R = d.R;

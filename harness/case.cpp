@@ -158,7 +158,7 @@ Case case_from_json(const json& j) {
   InitSpec& in = c.init;
   opt(j, "init", "", [&](const json& v, const std::string& path) {
     object_at(v, path, {"distribution", "scale", "score_ties", "zero_rows", "large_logits", "huge_future_k_I",
-                        "poison_pad_keys", "inject_indices"});
+                        "poison_pad_keys", "inject_indices", "hot_keys", "duplicate_indices"});
     opt(v, "distribution", path, [&](const json& x, const std::string& f) {
       in.distribution = as_string(x, f);
       require(in.distribution == "normal" || in.distribution == "uniform", f,
@@ -173,7 +173,9 @@ Case case_from_json(const json& j) {
                                                    {"large_logits", &in.large_logits},
                                                    {"huge_future_k_I", &in.huge_future_k_I},
                                                    {"poison_pad_keys", &in.poison_pad_keys},
-                                                   {"inject_indices", &in.inject_indices}};
+                                                   {"inject_indices", &in.inject_indices},
+                                                   {"hot_keys", &in.hot_keys},
+                                                   {"duplicate_indices", &in.duplicate_indices}};
     for (auto& kv : flags) {
       bool* dst = kv.second;
       opt(v, kv.first, path, [&](const json& x, const std::string& f) { *dst = as_bool(x, f); });
@@ -210,6 +212,8 @@ Case case_from_json(const json& j) {
               ", at most 2^32");
   require(!in.poison_pad_keys || p.pad_rows == PadRows::masked, "init.poison_pad_keys",
           "requires pad_rows \"masked\": under \"attend\" pad rows are queries that see their own keys");
+  require(!in.duplicate_indices || in.inject_indices, "init.duplicate_indices",
+          "requires inject_indices: duplicates are made in the injected attention indices");
   return c;
 }
 
@@ -262,6 +266,8 @@ json to_json(const Case& c) {
         {"inject_indices", in.inject_indices}}},
       {"stages", stage_names(c.stages)},
   };
+  if (in.hot_keys) j["init"]["hot_keys"] = true;
+  if (in.duplicate_indices) j["init"]["duplicate_indices"] = true;
   if (!c.note.empty()) j["note"] = c.note;
   return j;
 }
@@ -296,6 +302,8 @@ std::string describe(const Case& c) {
   if (in.huge_future_k_I) o << " huge-future-kI";
   if (in.poison_pad_keys) o << " poison-pads";
   if (in.inject_indices) o << " inject";
+  if (in.duplicate_indices) o << " dup-indices";
+  if (in.hot_keys) o << " hot-keys";
   if (c.stages != all_stages()) {
     o << " stages=";
     for (size_t i = 0; i < c.stages.size(); ++i) o << (i ? "," : "") << name(c.stages[i]);

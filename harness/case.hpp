@@ -27,6 +27,10 @@ struct InitSpec {
   bool huge_future_k_I = false;  // huge finite values in k_I rows no earlier query can see
   bool poison_pad_keys = false;  // NaN in key-side rows (c, k_pe, k_I) of pad rows; pad_rows=masked only
   bool inject_indices = false;   // −1, INT_MIN, Tp, huge and non-causal indices given to the attention
+  // Written to the case JSON only when true (absent = false), so that every case from before these
+  // fields existed keeps its exact JSON.
+  bool hot_keys = false;           // a few early keys of each segment that every row's top-k takes (dK/dV contention)
+  bool duplicate_indices = false;  // injected rows that repeat a valid index (S(g) is a set); needs inject_indices
 };
 
 // Stages whose outputs are checked (all by default).

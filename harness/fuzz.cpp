@@ -13,6 +13,7 @@
 
 #include "harness/bucket.hpp"
 #include "harness/case.hpp"
+#include "harness/coverage.hpp"
 #include "harness/generate.hpp"
 #include "harness/interrupt.hpp"
 #include "harness/report.hpp"
@@ -366,6 +367,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
                                        : 0;
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
+  std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
   if (stop_signal)
     std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
                 stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",

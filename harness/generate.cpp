@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/bf16.hpp"
+#include "harness/bounds.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
 
@@ -81,6 +82,28 @@ void apply_huge_future_k_I(Inputs& in, const Case& c, const StreamLayout& L) {
                                                                       (1.0 + std::fabs(s.normal(t * di + d))));
 }
 
+// Hot keys (SPEC.md §10): the first (up to) 3 real rows of each segment get k_I = M·e_0, every
+// q_I[g, h, 0] is made >= 0.25 and every w >= 0. Their score M·Σ_h w_h·φ(q_I[g,h,0]) (M = 128)
+// dwarfs the O(1) scores of other keys, so every row that sees them selects them: most rows of a
+// sequence select the same few keys (contention in the dK/dV reduction). Applied before score_ties,
+// which then makes its negative q_I rows (ties at 0 under ReLU) negative in dimension 0 too.
+void apply_hot_keys(Inputs& in, const StreamLayout& L) {
+  constexpr double M = 128.0;
+  const int64_t tp = in.k_I.dim(0), hi = in.q_I.dim(1);
+  for (double& v : in.w.data) v = std::fabs(v);
+  for (int64_t g = 0; g < tp; ++g)
+    for (int64_t h = 0; h < hi; ++h) {
+      double& q0 = in.q_I.at(g, h, 0);
+      q0 = round_bf16(std::fabs(q0) + 0.25);
+    }
+  for (int64_t seg = 0; seg < L.segments(); ++seg)
+    for (int64_t t = L.cu[seg]; t < L.cu[seg + 1] && t < L.cu[seg] + 3; ++t)
+      if (L.is_real(t)) {
+        set_row(in.k_I, t, 0.0);
+        in.k_I.at(t, 0) = M;
+      }
+}
+
 // NaN in the key-side rows of pad rows: legal only under pad_rows=masked, where no query sees them.
 void apply_poison_pad_keys(Inputs& in, const StreamLayout& L) {
   for (int64_t t = 0; t < L.tp; ++t)
@@ -101,6 +124,7 @@ Inputs generate_inputs(const Case& c) {
   Inputs in = zero_inputs(p.dims, L.tp);
   const bool uniform = c.init.distribution == "uniform";
   in.for_each([&](const std::string& n, TensorD& t) { fill(t, Stream(c.seed, n), base_stddev(n, c), uniform); });
+  if (c.init.hot_keys) apply_hot_keys(in, L);
   if (c.init.score_ties) apply_score_ties(in, c);
   if (c.init.zero_rows) apply_zero_rows(in, c);
   if (c.init.huge_future_k_I) apply_huge_future_k_I(in, c, L);
@@ -116,7 +140,9 @@ std::optional<TensorI> injected_indices(const Case& c) {
   const StreamLayout L = layout_of(c.problem);
   const int64_t tp = L.tp, kw = topk_width(c.problem.topk, tp);
   const Stream s(c.seed, "inject_indices");
+  const Stream dup(c.seed, "inject_indices/duplicates");  // its own stream: the other draws are unchanged
   TensorI out({tp, kw});
+  std::vector<int64_t> valid_slots;
   std::vector<int32_t> vis;
   for (int64_t g = 0; g < tp; ++g) {
     uint64_t ctr = uint64_t(g) * uint64_t(3 * kw + 8);  // disjoint counters per row
@@ -127,6 +153,7 @@ std::optional<TensorI> injected_indices(const Case& c) {
     const double kind = draw();
     const int64_t invalid_prefix = kind < 0.15 ? kw : kind < 0.3 ? (kw + 1) / 2 : 0;  // none valid / first half invalid
     size_t used = 0;
+    valid_slots.clear();
     const int64_t seg_begin = L.key_begin(g);
     for (int64_t k = 0; k < kw; ++k) {
       int32_t& slot = out.at(g, k);
@@ -134,6 +161,7 @@ std::optional<TensorI> injected_indices(const Case& c) {
         // A valid key not taken yet in this row (S(g) is a set): a lazy Fisher-Yates shuffle.
         std::swap(vis[used], vis[used + below(int64_t(vis.size() - used))]);
         slot = vis[used++];
+        valid_slots.push_back(k);
         continue;
       }
       switch (below(8)) {
@@ -145,6 +173,20 @@ std::optional<TensorI> injected_indices(const Case& c) {
         case 5: slot = int32_t(-2 - below(1000)); break;
         case 6: slot = g + 1 < tp ? int32_t(g + 1 + below(tp - g - 1)) : -1; break;                // future
         default: slot = seg_begin > 0 ? int32_t(below(seg_begin)) : (g + 1 < tp ? int32_t(g + 1) : -1);  // other segment
+      }
+    }
+    // duplicate_indices: in half of the rows with a valid slot, one or two copies of a valid index
+    // over other slots after the invalid prefix (S(g) is a set: each counts once).
+    if (c.init.duplicate_indices && !valid_slots.empty() && kw - invalid_prefix >= 2) {
+      uint64_t dc = uint64_t(g) * 8;
+      if (dup.uniform(dc++) < 0.5) {
+        const int64_t copies = 1 + int64_t(dup.below(dc++, 2));
+        for (int64_t n = 0; n < copies; ++n) {
+          const int64_t from = valid_slots[dup.below(dc++, valid_slots.size())];
+          int64_t to = invalid_prefix + int64_t(dup.below(dc++, uint64_t(kw - invalid_prefix - 1)));
+          if (to >= from) ++to;  // any slot but the source
+          out.at(g, to) = out.at(g, from);
+        }
       }
     }
   }
@@ -169,7 +211,19 @@ struct Profile {
   int64_t max_seqs, max_len, max_tp;
   std::vector<int64_t> cp, H, Dn, R, C, Dv, HI, DI, K;
   double adversarial;  // probability of each adversarial feature
+  // The regimes of SPEC.md §10 "shapes the kernels specialize" (0: the profile draws only the
+  // general regime above, and spends no draw on them, so smoke and default keep their cases).
+  double production_widths = 0;  // a case at production widths (C 512, R 64, Dn 128, Dv 128, DI 128, HI 64|32), H 64|128
+  double sparse = 0;             // a case in the sparse regime: Tp >= 4·K, K 512|1024|2048, small widths
+  double structures = 0;         // each of: hot keys, duplicated injected indices, an all-padding CP rank
+  double max_work = 0;           // cap on oracle_work() (multiply-adds of one reference run); 0 = none
+  double max_bytes = 0;          // cap on the case's footprint (harness/bounds.hpp); 0 = none
 };
+
+// Measured with `dsa-parity fuzz --backend lowp --profile nightly` on the 2-core development
+// machine: about 0.1–0.15 units of oracle_work per ns of CPU oracle there (exact + lowp runs),
+// so 6e8 is 3–5 s on 2 cores and well under a second on the device host's 16 (README "Profiles").
+constexpr double kNightlyMaxWork = 6e8;
 
 const Profile& profile_spec(const std::string& name) {
   static const Profile smoke{3, 20, 48, {1, 2, 3, 4, 8}, {1, 2, 3, 4}, {4, 8, 16}, {2, 4, 8}, {8, 16, 32},
@@ -178,9 +232,13 @@ const Profile& profile_spec(const std::string& name) {
                            {8, 16, 32}, {1, 2, 4, 8}, {8, 16, 32}, {1, 4, 8, 16, 32, 64, 128, 512}, 0.3};
   static const Profile nightly{8, 400, 1536, {1, 2, 3, 4, 8}, {1, 2, 4, 8, 16}, {16, 32, 64}, {8, 16, 32, 64},
                                {32, 64, 128, 256}, {16, 32, 64}, {1, 2, 4, 8, 16}, {16, 32, 64},
-                               {1, 16, 64, 256, 2048}, 0.6};
-  // Dims are overridden by a model's shape (DeepSeek-V3.2 or GLM-5).
-  static const Profile production{4, 3000, 4096, {1, 2, 4, 8}, {}, {}, {}, {}, {}, {}, {}, {2048}, 0.15};
+                               {1, 16, 64, 256, 2048}, 0.6, 0.4, 0.35, 0.25, kNightlyMaxWork};
+  // Dims are overridden by a model's shape (DeepSeek-V3.2 or GLM-5); S 4K–32K real tokens.
+  // The footprint cap (a constant, so that a case does not depend on the machine that draws it)
+  // keeps every case within the H200 host's default --max-bytes (half of its 128 GiB): at H 128
+  // that is S ≤ about 28K (the three fp64 results hold O_lat, [S, H, C], each).
+  static const Profile production{4,    32768, 36864, {1, 2, 4, 8}, {}, {}, {}, {}, {}, {}, {}, {2048}, 0.15,
+                                  0.0,  0.0,   0.0,   0.0,          56.0 * double(uint64_t{1} << 30)};
   if (name == "smoke") return smoke;
   if (name == "default") return def;
   if (name == "nightly") return nightly;
@@ -239,6 +297,46 @@ const std::vector<std::string>& profiles() {
   return p;
 }
 
+namespace {
+
+enum class Regime { general, production_widths, sparse };
+
+int64_t total_length(const std::vector<int64_t>& v) {
+  int64_t t = 0;
+  for (int64_t x : v) t += x;
+  return t;
+}
+
+// The contiguous layout with the smallest pad_multiple that leaves the last rank only padding:
+// Tp = cp·pm ≥ T·cp/(cp−1), the last rank's rows [(cp−1)·pm, cp·pm) all ≥ T.
+void make_all_padding_rank(Problem& p) {
+  p.cp.size = std::max<int64_t>(p.cp.size, 2);
+  p.cp.layout = Layout::contiguous;
+  const int64_t t = std::max<int64_t>(1, total_length(p.seqlens));
+  p.cp.pad_multiple = (t + p.cp.size - 2) / (p.cp.size - 1);
+}
+
+}  // namespace
+
+double oracle_work(const Problem& p) {
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  const Dims& d = p.dims;
+  const int64_t kw = topk_width(p.topk, L.tp);
+  double vis = 0, sel = 0;
+  for (int64_t g = 0; g < L.tp; ++g) {
+    const int64_t n = L.key_end(g) - L.key_begin(g);
+    vis += double(n);
+    sel += double(std::min(kw, n));
+  }
+  const double H = double(d.H), C = double(d.C);
+  const double loss_pairs = p.loss == LossMode::dense ? vis : p.loss == LossMode::sparse ? sel : 0;
+  return 3.0 * double(L.tp) * H * C * double(d.Dn + d.Dv)  // Q~ and O projections, forward and backward
+         + 3.0 * sel * H * (2 * C + double(d.R))          // attention forward and backward over S(g)
+         + 2.0 * vis * double(d.HI * d.DI)                // indexer scores (and dq_I, dk_I)
+         + 2.0 * loss_pairs * H * (C + double(d.R))       // the loss's attention distribution
+         + 4.0 * double(p.cp.size) * H * C * double(d.Dn + d.Dv);  // per-rank dW_UK, dW_UV: zero, reduce
+}
+
 Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const std::vector<Path>& paths) {
   const Profile& pr = profile_spec(profile);
   require(!paths.empty(), "paths", "at least one MLA path (absorbed, explicit) must be allowed");
@@ -248,16 +346,40 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   const philox::Block sb = d.s.block(d.ctr++);
   c.seed = (uint64_t{sb[0]} << 32) | sb[1];
 
+  // The regime draw is spent only by profiles that have regimes (smoke and default are unchanged).
+  Regime regime = Regime::general;
+  if (pr.production_widths + pr.sparse > 0) {
+    const double r = d.u();
+    regime = r < pr.production_widths ? Regime::production_widths
+             : r < pr.production_widths + pr.sparse ? Regime::sparse
+                                                     : Regime::general;
+  }
+
   Dims& dm = p.dims;
   if (profile == "production") {
     if (d.chance(0.5))
       dm = {128, 128, 64, 512, 128, 64, 128};  // DeepSeek-V3.2
     else
       dm = {64, 192, 64, 512, 256, 32, 128};  // GLM-5
+  } else if (regime == Regime::production_widths) {
+    // DeepSeek-V3.2's widths, GLM-5's (Dn 192, Dv 256) in 15% of them; H and HI either model's.
+    const bool glm = d.chance(0.15);
+    dm = {d.pick(std::vector<int64_t>{64, 128}), glm ? 192 : 128, 64, 512, glm ? 256 : 128,
+          d.pick(std::vector<int64_t>{64, 32}), 128};
+  } else if (regime == Regime::sparse) {
+    // Small widths: the rows see thousands of keys each.
+    dm = {d.pick(std::vector<int64_t>{1, 2, 4}), d.pick(std::vector<int64_t>{8, 16}), d.pick(std::vector<int64_t>{4, 8}),
+          d.pick(std::vector<int64_t>{16, 32}), d.pick(std::vector<int64_t>{8, 16}), d.pick(std::vector<int64_t>{1, 2}),
+          d.pick(std::vector<int64_t>{8, 16})};
   } else {
     dm = {d.pick(pr.H), d.pick(pr.Dn), d.pick(pr.R), d.pick(pr.C), d.pick(pr.Dv), d.pick(pr.HI), d.pick(pr.DI)};
   }
-  p.topk = d.pick(pr.K);
+  if (regime == Regime::sparse) {
+    const double k = d.u();
+    p.topk = k < 0.6 ? 512 : k < 0.9 ? 1024 : 2048;
+  } else {
+    p.topk = d.pick(pr.K);
+  }
   p.softmax_scale = 1.0 / std::sqrt(double(dm.Dn + dm.R));  // Megatron m²/sqrt(Dn+R), m = 1
 
   p.cp.size = d.pick(pr.cp);
@@ -266,26 +388,72 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
     p.cp.pad_multiple = p.cp.layout == Layout::zigzag ? 2 * p.cp.size * d.between(1, 3) : d.between(2, 4);
   p.pad_rows = d.chance(0.4) ? PadRows::masked : PadRows::attend;
 
-  const int64_t nseq = d.between(1, pr.max_seqs);
-  for (int64_t i = 0; i < nseq; ++i) p.seqlens.push_back(draw_length(d, pr, p.cp.size, p.topk));
-  // Keep the stream within the profile: halve the longest sequence until it fits.
-  for (;;) {
-    int64_t total = 0;
-    for (int64_t len : p.seqlens) total += len;
-    if (total == 0) p.seqlens.back() = 1;
-    const int64_t tp = make_layout(p.seqlens, p.cp, p.pad_rows).tp;
-    if (tp <= pr.max_tp) break;
-    auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
-    if (*longest <= 1) {  // padding alone exceeds the budget: fewer sequences, no extra padding
-      p.seqlens.resize(1);
-      p.cp.pad_multiple = 0;
-      continue;
+  if (profile == "production") {
+    // S real tokens in 1–4 sequences (cut points uniform), S 4K–32K.
+    const int64_t S = d.between(4096, 32768), nseq = d.between(1, pr.max_seqs);
+    std::vector<int64_t> cuts = {0, S};
+    for (int64_t i = 1; i < nseq; ++i) cuts.push_back(d.between(0, S));
+    std::sort(cuts.begin(), cuts.end());
+    for (size_t i = 1; i < cuts.size(); ++i) p.seqlens.push_back(cuts[i] - cuts[i - 1]);
+  } else if (regime == Regime::sparse) {
+    // One sequence of 4K … 4.5K tokens (so Tp ≥ 4·K and its rows select), then up to two of the
+    // profile's trap lengths (0, 1, primes, shorter than K).
+    p.seqlens.push_back(d.between(4 * p.topk, 4 * p.topk + p.topk / 2));
+    const int64_t extra = d.between(0, 2);
+    for (int64_t i = 0; i < extra; ++i) p.seqlens.push_back(draw_length(d, pr, p.cp.size, p.topk));
+  } else {
+    const int64_t nseq = d.between(1, pr.max_seqs);
+    for (int64_t i = 0; i < nseq; ++i) p.seqlens.push_back(draw_length(d, pr, p.cp.size, p.topk));
+  }
+  // The loss mode is drawn here so that the work cap below can count it (it used to be drawn after
+  // the lengths; the draw order of the other profiles is unchanged).
+  const bool early_loss = pr.max_work > 0;
+  auto draw_loss = [&] {
+    const double ls = d.u();
+    p.loss = ls < 0.15 ? LossMode::off : ls < 0.70 ? LossMode::sparse : LossMode::dense;
+  };
+  if (early_loss) draw_loss();
+  auto fits = [&] {
+    if (make_layout(p.seqlens, p.cp, p.pad_rows).tp > pr.max_tp) return false;
+    if (pr.max_bytes > 0 && double(footprint(p).bytes) > pr.max_bytes) return false;
+    return pr.max_work <= 0 || oracle_work(p) <= pr.max_work;
+  };
+  if (regime == Regime::sparse) {
+    // Keep Tp ≥ 4·K: the widths shrink instead of the lengths.
+    while (pr.max_work > 0 && oracle_work(p) > pr.max_work && (dm.H > 1 || dm.C > 8 || dm.HI > 1 || dm.DI > 4)) {
+      if (dm.H > 1) dm.H /= 2;
+      else if (dm.C > 8) dm.C /= 2;
+      else if (dm.HI > 1) dm.HI /= 2;
+      else dm.DI /= 2;
     }
-    *longest /= 2;
+    if (p.loss == LossMode::dense && pr.max_work > 0 && oracle_work(p) > pr.max_work) p.loss = LossMode::sparse;
+  } else {
+    // Keep the stream within the profile: halve the longest sequence until it fits (production:
+    // trim its longest sequence by an eighth instead, so that S stays above 4K).
+    for (;;) {
+      if (profile == "production" && !fits() && total_length(p.seqlens) > 4096) {
+        auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
+        *longest -= std::min(*longest / 8 + 1, total_length(p.seqlens) - 4096);
+        continue;
+      }
+      if (total_length(p.seqlens) == 0) p.seqlens.back() = 1;
+      if (fits()) break;
+      auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
+      if (*longest <= 1) {  // padding alone exceeds the budget: fewer sequences, no extra padding
+        if (p.seqlens.size() == 1 && p.cp.pad_multiple == 0) {  // one token: fewer ranks, or as small as it gets
+          if (p.cp.size == 1) break;
+          p.cp.size = p.cp.size == 3 ? 1 : p.cp.size / 2;
+          continue;
+        }
+        p.seqlens.resize(1);
+        p.cp.pad_multiple = 0;
+        continue;
+      }
+      *longest /= 2;
+    }
   }
 
-  const double ls = d.u();
-  p.loss = ls < 0.15 ? LossMode::off : ls < 0.70 ? LossMode::sparse : LossMode::dense;
+  if (!early_loss) draw_loss();
   p.coeff = d.chance(0.7) ? 1.0 : double(d.between(1, 20)) / 10.0;
   p.path = draw_path(d, paths);
   p.relu = d.chance(0.85);
@@ -295,12 +463,24 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   in.scale = d.chance(0.9) ? 1.0 : d.pick(std::vector<double>{0.25, 4.0});
   const double a = pr.adversarial;
   in.score_ties = d.chance(a);
-  if (in.score_ties && d.chance(0.5)) dm.HI = 1;  // one indexer head: ties at 0 on whole rows
+  // One indexer head: ties at 0 on whole rows (not where the widths are the point).
+  const bool keep_widths = profile == "production" || regime == Regime::production_widths;
+  if (in.score_ties && d.chance(0.5) && !keep_widths) dm.HI = 1;
   in.zero_rows = d.chance(a);
   in.large_logits = d.chance(a / 2);
   in.huge_future_k_I = d.chance(a / 2);
   in.poison_pad_keys = p.pad_rows == PadRows::masked && d.chance(0.6);
   in.inject_indices = d.chance(a);
+  if (pr.structures > 0) {  // drawn last: the draws above are those of a profile without structures
+    in.hot_keys = d.chance(pr.structures);
+    in.duplicate_indices = d.chance(pr.structures);
+    if (in.duplicate_indices) in.inject_indices = true;
+    if (d.chance(pr.structures)) {
+      const CpSpec before = p.cp;
+      make_all_padding_rank(p);
+      if (!fits()) p.cp = before;  // the padding would take the case past the profile's budget
+    }
+  }
   c.note = "random_case profile=" + profile + " master_seed=" + std::to_string(master_seed) +
            " index=" + std::to_string(index) + paths_note(paths);
   return c;

@@ -29,4 +29,9 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
                  const std::vector<Path>& paths = all_paths());
 const std::vector<std::string>& profiles();
 
+// An estimate of the multiply-adds of one reference run of p (projections, the attention over
+// S(g), the indexer over the visible pairs, the loss): what a profile's work cap bounds so that a
+// case stays near a second on the CPU oracle.
+double oracle_work(const Problem& p);
+
 }  // namespace dsa

@@ -181,6 +181,7 @@ json record_json(const CaseRecord& r) {
 
 void RunTally::add(const CaseRecord& r) {
   ++cases;
+  coverage.add(r.c);
   switch (r.v.verdict) {
     case Verdict::pass: ++passed; break;
     case Verdict::fail: ++failed; break;
@@ -255,7 +256,8 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
           {"not_checked_tensors", t.not_checked_tensors},
           {"not_checked_cases", t.not_checked_cases},
           {"exit_code", ctx.exit_code},
-          {"buckets", bucket_list}};
+          {"buckets", bucket_list},
+          {"coverage", to_json(t.coverage)}};
 }
 
 json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/case.hpp"
+#include "harness/coverage.hpp"
 #include "harness/run_case.hpp"
 
 namespace dsa {
@@ -66,6 +67,7 @@ struct RunTally {
   int64_t not_checked_cases = 0;    // cases with at least one of them
   double case_seconds = 0;          // backend + oracle + compare, over every case
   std::vector<Bucket> buckets;      // in order of first appearance
+  Coverage coverage;                // what the cases reach (harness/coverage.hpp)
 
   void add(const CaseRecord& r);
   static RunTally of(const std::vector<CaseRecord>& records);

@@ -63,7 +63,7 @@ void Rank<P>::attention_forward(RankOutput& out) {
     Mat<R> Pb(l.rows(), l.cols());
     for (int64_t h = 0; h < d_.H; ++h) {
       lse_(i, h) = row_lse(l.row(h).transpose());
-      Pb.row(h) = (l.row(h).array() - lse_(i, h)).exp().unaryExpr([](R x) { return P::bf(x); });
+      Pb.row(h) = P::exp(l.row(h).array() - lse_(i, h)).unaryExpr([](R x) { return P::bf(x); });
     }
     Mat<R> V(Pb.cols(), d_.C);
     for (size_t j = 0; j < S_[i].size(); ++j) V.row(j) = c_.row(S_[i][j]);
@@ -117,7 +117,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
     for (int64_t h = 0; h < H; ++h) {
       R lse = lse_(i, h);
       if (opt_.mutant == Mutant::base2_lse_backward) lse = static_cast<R>(lse / std::log(2.0));
-      Pf.row(h) = (l.row(h).array() - lse).exp();
+      Pf.row(h) = P::exp(l.row(h).array() - lse);
     }
     const Mat<R> Pb = Pf.unaryExpr([](R x) { return P::bf(x); });
     Mat<R> dP(H, n);

@@ -47,7 +47,7 @@ void Rank<P>::loss(RankOutput& out) {
       Mat<R> A = logits(i, keys);
       for (int64_t h = 0; h < d_.H; ++h) {
         const R norm = streaming ? lse_(i, h) : row_lse(A.row(h).transpose());
-        A.row(h) = (A.row(h).array() - norm).exp();
+        A.row(h) = P::exp(A.row(h).array() - norm);
       }
       Vec<R> T = A.colwise().sum().transpose();
       T /= std::max(T.sum(), R(1e-10));
@@ -55,7 +55,7 @@ void Rank<P>::loss(RankOutput& out) {
       const Mat<R> u = indexer_u(i, keys);
       const Vec<R> I = indexer_scores(i, u);
       const Vec<R> logQ = I.array() - row_lse(I);
-      const Vec<R> Q = logQ.array().exp();
+      const Vec<R> Q = P::exp(logQ.array());
       Vec<R> dI(n);
       if (opt_.mutant == Mutant::kl_reversed) {
         // KL(Q‖T) = Σ Q (logQ − log T) and its gradient Q·(a − KL), a = logQ − log T.

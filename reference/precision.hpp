@@ -9,20 +9,39 @@
 //   lse, KL and the loss stay fp32; every sum accumulates in fp32.
 #pragma once
 
+#include <cmath>
+
 #include <Eigen/Core>
 
 #include "core/bf16.hpp"
 
 namespace dsa {
 
+// Elementary functions go through the policy: P::exp(array expression) elementwise.
+//
+// Exact means exact (SPEC.md §8): every exp of the exact policy is the scalar libm std::exp
+// (glibc: correctly rounded to within 1 ulp over the whole range, underflow to 0 included), never
+// Eigen's vectorized pexp, which clamps its argument at −709.78 and returns ~1e-308 where the true
+// value underflows to 0 (a saturated softmax weight must be exactly 0). Logs are scalar std::log
+// everywhere in the reference already.
 struct ExactPolicy {
   using Real = double;
   static double bf(double x) { return x; }
+  template <class A>
+  static auto exp(const A& a) {
+    return a.unaryExpr([](double x) { return std::exp(x); });
+  }
 };
 
+// The bf16 policy emulates a fused kernel, whose exp is a fast fp32 approximation anyway: Eigen's
+// vectorized float exp (unchanged, so lowp results stay bit-identical).
 struct Bf16Policy {
   using Real = float;
   static float bf(float x) { return round_bf16(x); }
+  template <class A>
+  static auto exp(const A& a) {
+    return a.exp();
+  }
 };
 
 // Applies P::bf to every element of an Eigen expression's storage, in place.

@@ -173,7 +173,7 @@ class Rank {
   static R row_lse(const Eigen::Ref<const Vec<R>>& x) {
     if (x.size() == 0) return -std::numeric_limits<R>::infinity();
     const R m = x.maxCoeff();
-    return m + std::log((x.array() - m).exp().sum());
+    return m + std::log(P::exp(x.array() - m).sum());
   }
   void attention_forward(RankOutput& out);   // O_lat, lse, O
   void attention_backward(RankOutput& out);  // dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe

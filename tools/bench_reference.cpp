@@ -7,6 +7,11 @@
 //   backward (attention, SPEC.md §6)      4·S·H·C·(Dn+Dv) + 2·H·(3(C+R) + 2C)·P
 //   indexer loss, forward + backward      2·P·(H·(C+R) + 3·HI·DI)
 //
+// Each reference benchmark also reports `vs_gemm`: its FLOP/s as a fraction of a plain Eigen fp64
+// GEMM (EigenGemmF64: the projection-sized product [S·H, C] x [C, Dn], compiled with the same
+// flags as the reference, DSA_NATIVE) measured in the same run, so that figures from different
+// machines and builds compare as "how far from this machine's GEMM rate".
+//
 // run_core runs the stages in sequence; RunOptions.attention_backward = false and loss = off stop
 // it after the forward. The backward and the loss are timed as differences: each iteration times
 // a forward-only run and a run with the stage added (manual time = the difference).
@@ -19,6 +24,10 @@
 #include <map>
 #include <memory>
 #include <random>
+
+#ifndef DSA_BENCH_NATIVE
+#define DSA_BENCH_NATIVE 0  // 1 when built with DSA_NATIVE (-march=native)
+#endif
 
 #include "reference/core.hpp"
 #include "core/layout.hpp"
@@ -92,11 +101,38 @@ double seconds(const Problem& p, const Inputs& in, const RunOptions& opt) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The fp64 GEMM rate of this machine and build: [S·H, C] x [C, Dn] (the absorbed projection
+// q_nope·W_UK of every head stacked, transposed: 2·S·H·C·Dn FLOP), OpenMP threads as the
+// reference. Measured once per S, on first use (the reference's counters and EigenGemmF64 share it).
+double gemm_rate(int64_t S) {
+  static std::map<int64_t, double> cache;
+  auto it = cache.find(S);
+  if (it != cache.end()) return it->second;
+  const Dims d = deepseek_v32();
+  const Eigen::Index m = Eigen::Index(S * d.H), k = Eigen::Index(d.C), n = Eigen::Index(d.Dn);
+  const Eigen::MatrixXd a = Eigen::MatrixXd::Random(m, k), b = Eigen::MatrixXd::Random(k, n);
+  Eigen::MatrixXd c(m, n);
+  c.noalias() = a * b;  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * double(m) * double(k) * double(n) / s);
+  }
+  return cache[S] = best;
+}
+
 void set_counters(benchmark::State& state, const Workload& w, double flops) {
   state.counters["FLOP/s"] = benchmark::Counter(flops * state.iterations(), benchmark::Counter::kIsRate);
+  // The same rate over the GEMM's (both per second): a fraction.
+  state.counters["vs_gemm"] = benchmark::Counter(flops * state.iterations() / gemm_rate(w.p.seqlens[0]),
+                                                 benchmark::Counter::kIsRate);
   state.counters["GFLOP"] = flops / 1e9;
   state.counters["pairs"] = w.pairs;
   state.counters["threads"] = omp_get_max_threads();
+  state.counters["native"] = DSA_BENCH_NATIVE;
 }
 
 // A stage's time as the difference of two runs; a difference lost in timer noise is an error,
@@ -160,6 +196,27 @@ void ReferenceCore(benchmark::State& state) {
   for (auto _ : state) state.SetIterationTime(seconds(p, w.in, opt));
   set_counters(state, w, forward_flops(w) + backward_flops(w) + loss_flops(w));
 }
+
+// The GEMM itself, reported in the same units (FLOP/s) for reading beside the reference's.
+void EigenGemmF64(benchmark::State& state) {
+  const int64_t S = state.range(0);
+  const Dims d = deepseek_v32();
+  const Eigen::Index m = Eigen::Index(S * d.H), k = Eigen::Index(d.C), n = Eigen::Index(d.Dn);
+  const Eigen::MatrixXd a = Eigen::MatrixXd::Random(m, k), b = Eigen::MatrixXd::Random(k, n);
+  Eigen::MatrixXd c(m, n);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double flops = 2.0 * double(m) * double(k) * double(n);
+  state.counters["FLOP/s"] = benchmark::Counter(flops * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GFLOP"] = flops / 1e9;
+  state.counters["threads"] = omp_get_max_threads();
+  state.counters["native"] = DSA_BENCH_NATIVE;
+}
+BENCHMARK(EigenGemmF64)->ArgName("S")->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // S = 1024 is the shape; S = 256 is a quick look (--benchmark_filter=/256).
 #define DSA_REFERENCE_BENCH(fn) \

@@ -47,4 +47,16 @@ std::unique_ptr<CommGroup> make_local_group(int size, int device = 0);
 std::unique_ptr<CommGroup> make_nccl_group(int size);
 bool nccl_available();
 
+// Reuse of NCCL groups across cases (ncclCommInitAll costs tens to hundreds of milliseconds, more
+// than a small case's kernels): take_nccl_group hands out a cached group of this world size (on
+// devices 0 … size−1) or makes one; give_back_nccl_group returns a group whose run finished
+// cleanly to the cache. A group whose run failed (abort() was called) is destroyed by the caller,
+// never given back. A group in use is not shared: a concurrent run of the same size makes its own.
+// Cached groups live until the process exits (never destroyed at static destruction, when the
+// CUDA runtime may already be gone).
+std::unique_ptr<CommGroup> take_nccl_group(int size);
+void give_back_nccl_group(std::unique_ptr<CommGroup> group);
+// How many NCCL groups this process has created (make_nccl_group or a cache miss): tests.
+int64_t nccl_groups_created();
+
 }  // namespace dsa::fused

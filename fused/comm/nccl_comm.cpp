@@ -1,7 +1,11 @@
 // NCCL communicators: one rank per GPU, one host thread per GPU in this process (ncclCommInitAll).
 // Without NCCL the factory throws dsa::Unavailable.
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fused/comm/comm.hpp"
@@ -65,6 +69,22 @@ class NcclGroup final : public CommGroup {
 }  // namespace
 #endif
 
+namespace {
+
+std::atomic<int64_t> g_created{0};
+
+// Idle groups by (world size, first device). Leaked on purpose (see comm.hpp).
+struct GroupCache {
+  std::mutex m;
+  std::multimap<std::pair<int, int>, std::unique_ptr<CommGroup>> idle;
+};
+GroupCache& cache() {
+  static GroupCache* c = new GroupCache;
+  return *c;
+}
+
+}  // namespace
+
 bool nccl_available() {
 #ifdef DSA_HAVE_NCCL
   return true;
@@ -80,11 +100,37 @@ std::unique_ptr<CommGroup> make_nccl_group(int size) {
   if (n < size)
     throw Unavailable("NCCL needs one GPU per rank: cp = " + std::to_string(size) + " but " +
                       std::to_string(n) + " device(s) (use --comm local)");
-  return std::make_unique<NcclGroup>(size);
+  auto g = std::make_unique<NcclGroup>(size);
+  ++g_created;
+  return g;
 #else
   (void)size;
   throw Unavailable("built without NCCL (use --comm local)");
 #endif
 }
+
+std::unique_ptr<CommGroup> take_nccl_group(int size) {
+  {
+    GroupCache& c = cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    auto it = c.idle.find({size, 0});
+    if (it != c.idle.end()) {
+      std::unique_ptr<CommGroup> g = std::move(it->second);
+      c.idle.erase(it);
+      return g;
+    }
+  }
+  return make_nccl_group(size);
+}
+
+void give_back_nccl_group(std::unique_ptr<CommGroup> group) {
+  if (!group) return;
+  const int size = group->size(), device = group->size() > 0 ? group->comm(0).device() : 0;
+  GroupCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.m);
+  c.idle.emplace(std::make_pair(size, device), std::move(group));
+}
+
+int64_t nccl_groups_created() { return g_created.load(); }
 
 }  // namespace dsa::fused
