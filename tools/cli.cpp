@@ -55,26 +55,27 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 // CLI11's message of a parse error, as `--flag: rule`.
 std::string usage_message(const CLI::Error& e) {
   std::string m = e.what();
-  const std::string kind = e.get_name();
-  if (kind == "ArgumentMismatch") {
+  auto is = [&e](auto* type) { return dynamic_cast<decltype(type)>(&e) != nullptr; };
+  if (is((const CLI::ArgumentMismatch*)nullptr)) {
     // "--backend: 1 required TEXT missing": the flag came last, without its value.
     const auto colon = m.find(": ");
     if (colon != std::string::npos && m.find(" missing", colon) != std::string::npos)
       return m.substr(0, colon) + ": needs a value";
     const auto flag = m.find(" was given a disallowed flag override");
-    if (flag != std::string::npos) return m.substr(0, flag) + ": is a switch and takes no value";
-  } else if (kind == "ExcludesError") {
+    if (flag != std::string::npos)  // CLI11 names it without its dashes
+      return (m[0] == '-' ? "" : "--") + m.substr(0, flag) + ": is a switch and takes no value";
+  } else if (is((const CLI::ExcludesError*)nullptr)) {
     const auto at = m.find(" excludes ");  // "--cases excludes --time-budget"
     if (at != std::string::npos)
       return m.substr(0, at) + ": give either " + m.substr(0, at) + " or " + m.substr(at + 10) + ", not both";
-  } else if (kind == "RequiredError") {
+  } else if (is((const CLI::RequiredError*)nullptr)) {
     const auto at = m.find(" is required");
     if (at != std::string::npos) return m.substr(0, at) + ": is required";
-  } else if (kind == "ExtrasError") {
+  } else if (is((const CLI::ExtrasError*)nullptr)) {
     // Only the root has no allow_extras: "The following argument was not expected: --bogus".
     const auto at = m.find(": ");
     if (at != std::string::npos) return m.substr(at + 2) + ": unknown flag (see dsa-parity --help)";
-  } else if (kind == "ConversionError" && m.find("--") != std::string::npos) {
+  } else if (is((const CLI::ConversionError*)nullptr) && m.find("--") != std::string::npos) {
     // "Could not convert: --json = x" (a switch given a value that is not a boolean).
     const auto at = m.find("--"), eq = m.find(" = ", at);
     if (eq != std::string::npos) return m.substr(at, eq - at) + ": is a switch and takes no value";
@@ -189,6 +190,10 @@ CLI::Option* add_value(CLI::App& app, const std::string& flag, std::string& into
   return o;
 }
 
+CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& into, const std::string& help) {
+  return app.add_flag(flag, into, help)->disable_flag_override();
+}
+
 CLI::Option* add_positional(CLI::App& app, const std::string& name, std::string& into, const std::string& help) {
   return app.add_option(name, into, help + " (required)")->type_name("");
 }
@@ -230,6 +235,7 @@ Cli make_cli() {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   for (const Command& cmd : commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    sub->set_help_flag("-h,--help", "print this help (every flag of " + cmd.name + ") and exit");
     sub->allow_extras();  // unknown flags and extra positionals: expect_no_extras names them
     sub->footer("Example:\n" + cmd.example + "\n\n" + kExitCodes);
     c.runs[sub] = cmd.setup(*sub);
@@ -237,13 +243,15 @@ Cli make_cli() {
   // help [NAME]: the same text as `dsa-parity NAME --help`.
   CLI::App* help = app.add_subcommand("help", "print the help of a subcommand (every flag), or this list");
   auto topic = std::make_shared<std::string>();
+  help->set_help_flag("-h,--help", "print this help and exit");
   help->add_option("NAME", *topic, "the subcommand")->type_name("");
   help->footer("Example:\n  dsa-parity help fuzz");
   CLI::App* root = c.app.get();
   c.runs[help] = [root, help, topic] {
     expect_no_extras(*help);
     if (topic->empty()) {
-      std::fputs(root->help().c_str(), stdout);
+      // (root->help() would print help's own: it is the selected subcommand)
+      std::fputs(root->get_formatter()->make_help(root, "dsa-parity", CLI::AppFormatMode::Normal).c_str(), stdout);
       return 0;
     }
     for (const CLI::App* s : root->get_subcommands({}))
@@ -275,6 +283,17 @@ Parsed parse(int argc, char** argv) {
       p.exit_code = 2;
       return p;
     }
+  }
+  // --help anywhere (before a "--") prints the help of the subcommand named first, whatever else
+  // the line holds: CLI11 would check the values of flags given before it first.
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strcmp(argv[i], "--help") != 0 && std::strcmp(argv[i], "-h") != 0) continue;
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* s : app.get_subcommands({}))
+      if (argv[1] == s->get_name()) sub = s;
+    std::fputs(sub ? sub->help("dsa-parity").c_str() : app.help().c_str(), stdout);
+    p.exit_code = 0;
+    return p;
   }
   try {
     app.parse(argc, argv);

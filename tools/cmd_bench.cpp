@@ -70,7 +70,7 @@ Run setup(CLI::App& app) {
   add_value(app, "--benchmark_min_time", f->min_time,
             "the minimum time per benchmark, in seconds (benchmarks with fixed iterations ignore it)", "SEC", "0.5")
       ->check(seconds_value());
-  app.add_flag("--benchmark_list_tests", f->list_tests, "list the benchmarks (as filtered) without running them");
+  add_switch(app, "--benchmark_list_tests", f->list_tests, "list the benchmarks (as filtered) without running them");
   return [f, &app] {
     // Flags of Google Benchmark not documented above are passed through; anything else is refused.
     std::vector<std::string> args = {"dsa-parity bench"};

@@ -29,7 +29,7 @@ int run(bool json) {
 
 Run setup(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  app.add_flag("--json", *json, "print the catalogue as the JSON the Python package reads (python/dsa_parity)");
+  add_switch(app, "--json", *json, "print the catalogue as the JSON the Python package reads (python/dsa_parity)");
   return [json, &app] {
     expect_no_extras(app);
     return run(*json);

@@ -38,7 +38,7 @@ Run setup(CLI::App& app) {
             "the MLA paths of random cases; auto: those the backend implements (cuda: absorbed only)",
             "absorbed|explicit|any|auto")
       ->check(one_of({"absorbed", "explicit", "any", "auto"}));
-  app.add_flag("--shrink", f->shrink, "shrink every failing case while its failure holds, and write it");
+  add_switch(app, "--shrink", f->shrink, "shrink every failing case while its failure holds, and write it");
   return [f, &app] {
     expect_no_extras(app);
     SessionOptions o = session_options(f->session, "fuzz");

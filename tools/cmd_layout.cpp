@@ -57,7 +57,7 @@ Run setup(CLI::App& app) {
   add_value(app, "--pad-multiple", f->pad_multiple,
             "pad every sequence to a multiple of M rows (0: the layout's own rule)", "M")
       ->check(integer_at_least(INT64_MIN));
-  app.add_flag("--json", f->json, "print JSON ({tp, cu_padded, ranks}) instead of the table");
+  add_switch(app, "--json", f->json, "print JSON ({tp, cu_padded, ranks}) instead of the table");
   add_limit_flags(app, f->limits);
   return [f, &app] {
     expect_no_extras(app);

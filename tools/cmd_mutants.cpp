@@ -23,7 +23,7 @@ int run(bool json) {
 
 Run setup(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  app.add_flag("--json", *json, "print [{name, backend, breaks}] as JSON");
+  add_switch(app, "--json", *json, "print [{name, backend, breaks}] as JSON");
   return [json, &app] {
     expect_no_extras(app);
     return run(*json);

@@ -71,6 +71,8 @@ CLI::Validator int_list_value(); // "5,11,0"
 // A value flag bound to into (its default shown as shown_default, or into's initial value).
 CLI::Option* add_value(CLI::App& app, const std::string& flag, std::string& into, const std::string& help,
                        const std::string& type, const std::string& shown_default = "");
+// A switch (no value: `--json=yes` is refused, as any value).
+CLI::Option* add_switch(CLI::App& app, const std::string& flag, bool& into, const std::string& help);
 // A positional argument (checked for presence by expect_positional, not by CLI11).
 CLI::Option* add_positional(CLI::App& app, const std::string& name, std::string& into, const std::string& help);
 // After parsing: no arguments left over (unknown flags, extra positionals), the named positional

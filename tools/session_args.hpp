@@ -45,7 +45,7 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
       ->check(seconds_value());
   add_value(app, "--report", f.report, "write the JSON report (dsa-parity/report/v1) to FILE (default: none)", "FILE");
   add_value(app, "--junit", f.junit, "write JUnit XML to FILE (default: none)", "FILE");
-  app.add_flag("--require-device", f.require_device,
+  add_switch(app, "--require-device", f.require_device,
                "exit 3 (before any case runs) when no CUDA device is present, whatever the backend");
   add_limit_flags(app, f.limits);
 }
