@@ -507,8 +507,11 @@ TEST(Cli, RequireDeviceWithoutADeviceIsExitThree) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.out.find("case"), std::string::npos) << "no case ran: " << r.out;
   }
-  // Without the flag the same run goes ahead on lowp.
+  // Without the flag the same run goes ahead on lowp, and --backend auto says it chose lowp.
   EXPECT_EQ(dsa("fuzz --backend lowp --cases 1 --corpus none --profile smoke", d).code, 0);
+  const Outcome r = dsa("fuzz --cases 1 --corpus none --profile smoke", d);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("backend: lowp (--backend auto: no CUDA device)\n", 0), 0u) << r.out;
 }
 
 TEST(Cli, BenchOfGpuBenchmarksWithoutADeviceIsExitThree) {

@@ -58,6 +58,7 @@ Run setup(CLI::App& app) {
       o.regressions_dir = corpus + "/regressions";
     }
     check_required_device(f->session);
+    announce_backend(o);
     return run_session(o);
   };
 }

@@ -23,6 +23,7 @@ Run setup(CLI::App& app) {
     o.case_files = corpus_files(f->dir, "DIR");
     require(!o.case_files.empty(), "DIR", "'" + f->dir + "' holds no *.json case file");
     check_required_device(f->session);
+    announce_backend(o);
     return run_session(o);
   };
 }

@@ -24,6 +24,7 @@ Run setup(CLI::App& app) {
     o.verbose = true;
     o.progress = false;
     check_required_device(f->session);
+    announce_backend(o);
     return run_session(o);
   };
 }

@@ -2,6 +2,7 @@
 // oracle, the exec backend's time limit, the report files, --require-device and the size limits.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "core/errors.hpp"
@@ -62,6 +63,16 @@ inline SessionOptions session_options(const SessionFlags& f, const std::string& 
   o.report = f.report;
   o.junit = f.junit;
   return o;
+}
+
+// --backend auto: which backend it chooses (harness/backend.cpp: cuda when a device is present,
+// else lowp), printed before the run like its `oracle:` line.
+inline void announce_backend(const SessionOptions& o) {
+  if (o.backend != "auto") return;
+  const bool device = cuda_device_present();
+  std::printf("backend: %s (--backend auto: %s)\n", device ? "cuda" : "lowp",
+              device ? "a CUDA device is present" : "no CUDA device");
+  std::fflush(stdout);
 }
 
 // --require-device: checked once every flag is valid (bad usage stays exit 2), before the backend.
