@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include "harness/case.hpp"
 #include "harness/schema_testing.hpp"
 #include "core/layout.hpp"
+#include "tools/command.hpp"
 
 namespace dsa {
 namespace {
@@ -325,6 +328,208 @@ TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
     EXPECT_NE(r.err.find(field), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+}
+
+// ---- the command line itself (CLI11, tools/command.hpp)
+
+// The long flags (and -h) a help text lists: its option lines start with them.
+std::set<std::string> flags_in_help(const std::string& help) {
+  std::set<std::string> out;
+  static const std::regex option_line(R"(^  (-h,)?(--[A-Za-z0-9_-]+))");
+  std::istringstream lines(help);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, option_line)) out.insert(m[2]);
+  }
+  return out;
+}
+
+// The flags each subcommand registers, from the same CLI11 application the binary builds.
+std::map<std::string, std::set<std::string>> registered_flags() {
+  std::map<std::string, std::set<std::string>> out;
+  const cli::Cli c = cli::make_cli();
+  for (const CLI::App* sub : c.app->get_subcommands({})) {
+    auto& flags = out[sub->get_name()];
+    for (const CLI::Option* o : sub->get_options())
+      for (const std::string& l : o->get_lnames()) flags.insert("--" + l);
+  }
+  return out;
+}
+
+TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
+  const std::string d = scratch();
+  const auto registered = registered_flags();
+  ASSERT_GE(registered.size(), 11u);  // ten subcommands and help
+  for (const auto& [name, flags] : registered) {
+    ASSERT_TRUE(flags.count("--help")) << name;
+    const Outcome by_help = dsa("help " + name, d), by_flag = dsa(name + " --help", d), short_flag = dsa(name + " -h", d);
+    ASSERT_EQ(by_help.code, 0) << name << ": " << by_help.err;
+    EXPECT_EQ(by_flag.code, 0) << name << ": " << by_flag.err;
+    EXPECT_EQ(short_flag.code, 0) << name << ": " << short_flag.err;
+    EXPECT_EQ(by_help.out, by_flag.out) << name;
+    EXPECT_EQ(by_help.out, short_flag.out) << name;
+    EXPECT_TRUE(by_help.err.empty()) << name << ": " << by_help.err;
+    EXPECT_EQ(flags_in_help(by_help.out), flags) << name << ":\n" << by_help.out;
+    EXPECT_NE(by_help.out.find("Usage: dsa-parity " + name), std::string::npos) << by_help.out;
+    EXPECT_NE(by_help.out.find("Example:\n  dsa-parity "), std::string::npos) << name << ":\n" << by_help.out;
+  }
+  // Every flag has help text; those with a default show it.
+  const cli::Cli c = cli::make_cli();
+  for (const CLI::App* sub : c.app->get_subcommands({}))
+    for (const CLI::Option* o : sub->get_options()) EXPECT_FALSE(o->get_description().empty()) << o->get_name();
+  // The flags of README "Command line" are all still there.
+  const std::set<std::string> limits = {"--max-bytes", "--max-pairs"};
+  auto with = [](std::set<std::string> a, const std::set<std::string>& b) {
+    a.insert(b.begin(), b.end());
+    a.insert("--help");
+    return a;
+  };
+  const std::set<std::string> session =
+      with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--report", "--junit", "--require-device"});
+  EXPECT_EQ(registered.at("fuzz"),
+            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink"}));
+  EXPECT_EQ(registered.at("repro"), with(session, {}));
+  EXPECT_EQ(registered.at("replay"), with(session, {}));
+  EXPECT_EQ(registered.at("shrink"), with(limits, {"--backend", "--out", "--time-budget", "--comm"}));
+  EXPECT_EQ(registered.at("export"), with(limits, {"--out"}));
+  EXPECT_EQ(registered.at("exec-worker"), with(limits, {"--backend"}));
+  EXPECT_EQ(registered.at("layout"), with(limits, {"--seqlens", "--cp", "--layout", "--pad-multiple", "--json"}));
+  EXPECT_EQ(registered.at("catalogue"), with({}, {"--json"}));
+  EXPECT_EQ(registered.at("mutants"), with({}, {"--json"}));
+  // The defaults are shown.
+  const std::string fuzz = dsa("help fuzz", d).out;
+  for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
+                            "--oracle cpu|gpu|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
+                            "--exec-timeout SEC=600", "--max-pairs N=2147483648"})
+    EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
+}
+
+TEST(Cli, TopLevelHelpListsEverySubcommand) {
+  const std::string d = scratch();
+  for (const char* args : {"--help", "-h", "help"}) {
+    const Outcome r = dsa(args, d);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    for (const auto& [name, flags] : registered_flags())
+      EXPECT_NE(r.out.find("\n  " + name + " "), std::string::npos) << args << ": " << name << "\n" << r.out;
+    EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("exit codes: 0 all passed"), std::string::npos) << r.out;
+  }
+  // No subcommand: the same list on stderr, exit 2; an unknown one: one line naming it.
+  const Outcome none = dsa("", d);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("Subcommands:"), std::string::npos) << none.err;
+  for (const std::pair<const char*, const char*> bad[] = {{"bogus", "dsa-parity: error: subcommand: unknown 'bogus'"},
+                                                          {"--bogus", "dsa-parity: error: --bogus: unknown flag"},
+                                                          {"help bogus", "dsa-parity help: error: NAME: unknown"}};
+       auto& [args, line] : bad) {
+    const Outcome r = dsa(args, d);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err.rfind(line, 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+TEST(Cli, HelpAnywhereOnTheLinePrintsTheSubcommandsHelp) {
+  const std::string d = scratch();
+  // Before and after other flags, after bad values and unknown flags (help wins over bad usage).
+  for (const std::pair<std::string, std::string> line[] = {
+           {"fuzz --backend lowp --help", "fuzz"},
+           {"fuzz --profile nonsense --cases 0 --help", "fuzz"},
+           {"fuzz --bogus -h", "fuzz"},
+           {"repro no-such.json --backend lowp --help", "repro"},
+           {"replay cases --help --report r.json", "replay"},
+           {"layout --seqlens 5,11 --help --json", "layout"},
+           {"shrink x.json --help", "shrink"},
+           {"bench --benchmark_filter=Fused --help", "bench"}};
+       auto& [args, name] : line) {
+    const Outcome r = dsa(args, d);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage: dsa-parity " + name + " "), std::string::npos) << args << ":\n" << r.out;
+    EXPECT_EQ(r.out, dsa("help " + name, d).out) << args;
+  }
+  EXPECT_FALSE(fs::exists(d + "/r.json"));  // nothing ran
+}
+
+TEST(Cli, VersionPrintsTheProjectVersionAndTheGitSha) {
+  const std::string d = scratch();
+  auto version = [&](const std::string& env) {
+    return cli_testing::run_shell("cd " + q(d) + " && env " + env + " " + q(kBin) + " --version 2>&1");
+  };
+  const cli_testing::ShellRun r = version("-u DSA_GIT_SHA");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::regex format("dsa-parity " + std::regex_replace(std::string(DSA_PROJECT_VERSION), std::regex("\\."), "\\.") +
+                          " \\(git ([0-9a-f]{40}(-dirty)?|unknown)\\)\n");
+  EXPECT_TRUE(std::regex_match(r.out, format)) << r.out;
+  // $DSA_GIT_SHA (a device machine's copy has no .git) names the commit at run time.
+  EXPECT_EQ(version("DSA_GIT_SHA=0123abc").out, std::string("dsa-parity ") + DSA_PROJECT_VERSION + " (git 0123abc)\n");
+}
+
+TEST(Cli, BogusEnumValuesAreExitTwoNamingTheFlag) {
+  const std::string d = scratch();
+  const std::pair<std::string, std::string> bad[] = {
+      {"fuzz --backend lowp --comm bogus --cases 1", "--comm: must be one of nccl|local|auto|mpi, got 'bogus'"},
+      {"fuzz --backend lowp --profile x --cases 1", "--profile: must be one of smoke|default|nightly|production, got 'x'"},
+      {"fuzz --backend lowp --oracle x --cases 1", "--oracle: must be one of cpu|gpu|auto, got 'x'"},
+      {"fuzz --backend lowp --path x --cases 1", "--path: must be one of absorbed|explicit|any|auto, got 'x'"},
+      {"repro x.json --oracle x", "--oracle: must be one of cpu|gpu|auto"},
+      {"replay cases --comm x", "--comm: must be one of"},
+      {"shrink x.json --comm x", "--comm: must be one of"},
+      {"layout --seqlens 5 --layout zig", "--layout: must be one of zigzag|contiguous, got 'zig'"},
+      {"bench --benchmark_format=yaml", "--benchmark_format: must be one of console|json|csv"},
+      // mpi is a known communicator, refused until MPI exists.
+      {"fuzz --backend lowp --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
+      {"fuzz --backend cuda --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
+      // --require-device does not hide bad usage.
+      {"fuzz --backend lowp --require-device --profile x", "--profile: must be one of"},
+      {"fuzz --backend lowp --cases", "--cases: needs a value"},
+      {"catalogue --json=yes", "--json: is a switch and takes no value"},
+  };
+  for (auto& [args, line] : bad) {
+    const Outcome r = dsa(args, d);
+    const std::string cmd = args.substr(0, args.find(' '));
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("dsa-parity " + cmd + ": error: " + line, 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}
+
+TEST(Cli, RequireDeviceWithoutADeviceIsExitThree) {
+  if (cuda_device_present()) GTEST_SKIP() << "a GPU is present";
+  const std::string d = scratch();
+  for (const std::string& args : {std::string("fuzz --backend lowp --require-device --cases 1 --corpus none --report r.json"),
+                                 "repro " + q(kSource + "/cases/edge/shorter_than_k.json") + " --backend lowp --require-device",
+                                 "replay " + q(kSource + "/cases/edge") + " --require-device --backend reference"}) {
+    const Outcome r = dsa(args, d);
+    const std::string cmd = args.substr(0, args.find(' '));
+    EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("dsa-parity " + cmd + ": cannot run here: --require-device: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out.find("case"), std::string::npos) << "no case ran: " << r.out;
+  }
+  // Without the flag the same run goes ahead on lowp, and --backend auto says it chose lowp.
+  EXPECT_EQ(dsa("fuzz --backend lowp --cases 1 --corpus none --profile smoke", d).code, 0);
+  const Outcome r = dsa("fuzz --cases 1 --corpus none --profile smoke", d);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("backend: lowp (--backend auto: no CUDA device)\n", 0), 0u) << r.out;
+}
+
+TEST(Cli, BenchOfGpuBenchmarksWithoutADeviceIsExitThree) {
+  if (cuda_device_present()) GTEST_SKIP() << "a GPU is present";
+  const std::string d = scratch();
+  for (const char* filter : {"Fused", "BM_FusedAttentionForward", "."}) {
+    const Outcome r = dsa(std::string("bench --benchmark_filter=") + filter, d);
+    EXPECT_EQ(r.code, 3) << filter << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("selects GPU benchmarks"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no CUDA device"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // The CPU reference's benchmarks are there without a device (listed, not run: they take minutes).
+  const Outcome r = dsa("bench --benchmark_filter=Reference --benchmark_list_tests", d);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ReferenceForward/S:256"), std::string::npos) << r.out;
+  EXPECT_EQ(dsa("bench --benchmark_filter=-Fused --benchmark_list_tests", d).code, 0);
+  EXPECT_EQ(dsa("bench --benchmark_nonsense=1", d).code, 2);
 }
 
 // Every malformed case file of the corpus, through the CLI: the manifest's exit code, and for

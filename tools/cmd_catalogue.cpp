@@ -4,16 +4,13 @@
 
 #include "core/catalogue.hpp"
 #include "harness/exec_protocol.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, {}, {"json"});
-  a.expect_positional({});
-  if (a.has("json")) {
+int run(bool json) {
+  if (json) {
     std::fputs(exec::catalogue_json().c_str(), stdout);
     return 0;
   }
@@ -30,8 +27,17 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg({"catalogue", "[--json]",
-                     "print the tensor catalogue (names, roles, stages, dtypes, shape rules); --json for tools", run});
+Run setup(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  add_switch(app, "--json", *json, "print the catalogue as the JSON the Python package reads (python/dsa_parity)");
+  return [json, &app] {
+    expect_no_extras(app);
+    return run(*json);
+  };
+}
+
+RegisterCommand reg({"catalogue", "print the tensor catalogue (names, roles, stages, dtypes, shape rules); --json for tools",
+                     "  dsa-parity catalogue --json", setup});
 
 }  // namespace
 }  // namespace dsa::cli

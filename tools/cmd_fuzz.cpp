@@ -1,6 +1,4 @@
 // dsa-parity fuzz: the corpus, then seeded random cases of a profile, through one backend.
-#include <cmath>
-
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
 #include "tools/command.hpp"
@@ -9,41 +7,67 @@
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags({"seed", "cases", "time-budget", "profile", "corpus", "path"}), {"shrink"});
-  a.expect_positional({});
-  SessionOptions o = session_options(a, "fuzz", argc, argv);
-  o.seed = a.get_uint64("seed", 1);  // any uint64, as in case files
-  o.profile = a.get_or("profile", "default");
-  // Which MLA paths random cases take; auto = those the backend implements (checked against it
-  // once the backend is made).
-  o.paths = parse_path_flag(a.get_or("path", "auto"));
-  if (a.get("cases")) {
-    o.cases = a.get_int("cases", 0);
-    require(*o.cases >= 1, "--cases", "must be \u2265 1 (a run of no case proves nothing)");
-  }
-  if (a.get("time-budget")) {
-    const double t = a.get_double("time-budget", 0);
-    require(std::isfinite(t) && t > 0, "--time-budget", "must be a number of seconds > 0");
-    o.time_budget_s = t;
-  }
-  o.shrink = a.has("shrink");
-  // The corpus is replayed first; "none" skips it. Shrunk cases of real backends go to its regressions/.
-  std::string corpus = a.get_or("corpus", default_corpus());
-  if (corpus == "none") corpus.clear();
-  if (!corpus.empty()) {
-    o.case_files = corpus_files(corpus, "--corpus");
-    o.regressions_dir = corpus + "/regressions";
-  }
-  return run_session(o);
+struct Flags {
+  SessionFlags session;
+  std::string seed = "1", cases, time_budget, profile = "default", corpus, path = "auto";
+  bool shrink = false;
+};
+
+Run setup(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  add_session_flags(app, f->session);
+  add_value(app, "--seed", f->seed, "the master seed of the random cases (any uint64, as in case files)", "S")
+      ->check(uint64_value());
+  CLI::Option* cases =
+      add_value(app, "--cases", f->cases, "run N random cases (default: the profile's)", "N")
+          ->check(integer_at_least(1, "must be \u2265 1 (a run of no case proves nothing)"));
+  CLI::Option* budget = add_value(app, "--time-budget", f->time_budget,
+                                  "run random cases until SEC seconds have passed (instead of --cases)", "SEC")
+                            ->check(seconds_value());
+  cases->excludes(budget);
+  add_value(app, "--profile", f->profile,
+            "the shapes and features of random cases, and their default number: smoke 32, default 300, "
+            "nightly 5000, production 4",
+            "smoke|default|nightly|production")
+      ->check(one_of({"smoke", "default", "nightly", "production"}));
+  add_value(app, "--corpus", f->corpus,
+            "the case files replayed before the random cases (failing shrunk cases go to DIR/regressions); "
+            "none skips them",
+            "DIR|none", "the source tree's cases/");
+  add_value(app, "--path", f->path,
+            "the MLA paths of random cases; auto: those the backend implements (cuda: absorbed only)",
+            "absorbed|explicit|any|auto")
+      ->check(one_of({"absorbed", "explicit", "any", "auto"}));
+  add_switch(app, "--shrink", f->shrink, "shrink every failing case while its failure holds, and write it");
+  return [f, &app] {
+    expect_no_extras(app);
+    SessionOptions o = session_options(f->session, "fuzz");
+    o.seed = parse_uint64(f->seed, "--seed");
+    o.profile = f->profile;
+    // Which MLA paths random cases take; auto = those the backend implements (checked against it
+    // once the backend is made).
+    o.paths = parse_path_flag(f->path);
+    if (!f->cases.empty()) o.cases = parse_int(f->cases, "--cases");
+    if (!f->time_budget.empty()) o.time_budget_s = parse_double(f->time_budget, "--time-budget");
+    o.shrink = f->shrink;
+    // The corpus is replayed first; "none" skips it. Shrunk cases of real backends go to its regressions/.
+    std::string corpus = app.count("--corpus") ? f->corpus : default_corpus();
+    if (corpus == "none") corpus.clear();
+    if (!corpus.empty()) {
+      o.case_files = corpus_files(corpus, "--corpus");
+      o.regressions_dir = corpus + "/regressions";
+    }
+    check_required_device(f->session);
+    announce_backend(o);
+    return run_session(o);
+  };
 }
 
 RegisterCommand reg({"fuzz",
-                     "[--backend B] [--seed S] [--cases N | --time-budget SEC] [--profile smoke|default|nightly|production] "
-                     "[--path absorbed|explicit|any|auto] [--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] "
-                     "[--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
                      "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
-                     run});
+                     "  dsa-parity fuzz --backend lowp --profile smoke --seed 1 --report r.json --junit j.xml\n"
+                     "  dsa-parity fuzz --backend cuda --require-device --time-budget 600 --shrink",
+                     setup});
 
 }  // namespace
 }  // namespace dsa::cli

@@ -5,7 +5,6 @@
 
 #include "core/errors.hpp"
 #include "core/layout.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
 #include "tools/limit_args.hpp"
 
@@ -41,29 +40,48 @@ void print_table(const StreamLayout& L) {
     }
 }
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, with_limit_flags({"seqlens", "cp", "layout", "pad-multiple"}), {"json"});
-  apply_limit_flags(a);
-  a.expect_positional({});
-  require(a.get("seqlens").has_value(), "--seqlens", "is required (comma-separated lengths, e.g. 5,11)");
-  CpSpec cp;
-  cp.size = a.get_int("cp", 1);
-  cp.layout = parse_layout(a.get_or("layout", "zigzag"), "--layout");
-  cp.pad_multiple = a.get_int("pad-multiple", 0);
-  Problem p;  // the default dims: only the layout's own tables are built here
-  p.seqlens = a.get_int_list("seqlens");
-  p.cp = cp;
-  check_bounds(p);  // before make_layout allocates: `--cp 1000000000` is refused, not OOM-killed
-  StreamLayout L = make_layout(p.seqlens, cp);
-  if (a.has("json"))
-    std::printf("%s\n", layout_json(L).dump().c_str());
-  else
-    print_table(L);
-  return 0;
+struct Flags {
+  std::string seqlens, cp = "1", layout = "zigzag", pad_multiple = "0";
+  bool json = false;
+  LimitFlags limits;
+};
+
+Run setup(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  add_value(app, "--seqlens", f->seqlens, "the real lengths of the packed sequences, comma-separated (required)",
+            "5,11")
+      ->check(int_list_value());
+  add_value(app, "--cp", f->cp, "the number of context-parallel ranks", "N")->check(integer_at_least(INT64_MIN));
+  add_value(app, "--layout", f->layout, "how rows are dealt to the ranks", "zigzag|contiguous")
+      ->check(one_of({"zigzag", "contiguous"}));
+  add_value(app, "--pad-multiple", f->pad_multiple,
+            "pad every sequence to a multiple of M rows (0: the layout's own rule)", "M")
+      ->check(integer_at_least(INT64_MIN));
+  add_switch(app, "--json", f->json, "print JSON ({tp, cu_padded, ranks}) instead of the table");
+  add_limit_flags(app, f->limits);
+  return [f, &app] {
+    expect_no_extras(app);
+    apply_limit_flags(f->limits);
+    require(app.count("--seqlens") > 0, "--seqlens", "is required (comma-separated lengths, e.g. 5,11)");
+    CpSpec cp;
+    cp.size = parse_int(f->cp, "--cp");
+    cp.layout = parse_layout(f->layout, "--layout");
+    cp.pad_multiple = parse_int(f->pad_multiple, "--pad-multiple");
+    Problem p;  // the default dims: only the layout's own tables are built here
+    p.seqlens = parse_int_list(f->seqlens, "--seqlens");
+    p.cp = cp;
+    check_bounds(p);  // before make_layout allocates: `--cp 1000000000` is refused, not OOM-killed
+    StreamLayout L = make_layout(p.seqlens, cp);
+    if (f->json)
+      std::printf("%s\n", layout_json(L).dump().c_str());
+    else
+      print_table(L);
+    return 0;
+  };
 }
 
-RegisterCommand reg({"layout", "--seqlens 5,11 [--cp N] [--layout zigzag|contiguous] [--pad-multiple M] [--json] [--max-bytes N] [--max-pairs N]",
-                     "show which global rows each CP rank owns, real or pad, and each row's visible keys", run});
+RegisterCommand reg({"layout", "show which global rows each CP rank owns, real or pad, and each row's visible keys",
+                     "  dsa-parity layout --seqlens 5,11 --cp 2 --layout zigzag --json", setup});
 
 }  // namespace
 }  // namespace dsa::cli

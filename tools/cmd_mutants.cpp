@@ -4,16 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mutant.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, {}, {"json"});
-  a.expect_positional({});
-  if (a.has("json")) {
+int run(bool json) {
+  if (json) {
     nlohmann::json j = nlohmann::json::array();
     for (auto& p : all_mutants()) j.push_back({{"name", p.name}, {"backend", std::string("mutant:") + p.name}, {"breaks", p.breaks}});
     std::printf("%s\n", j.dump(2).c_str());
@@ -24,7 +21,17 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-RegisterCommand reg({"mutants", "[--json]", "list the planted bugs (backends mutant:NAME) and what each breaks", run});
+Run setup(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  add_switch(app, "--json", *json, "print [{name, backend, breaks}] as JSON");
+  return [json, &app] {
+    expect_no_extras(app);
+    return run(*json);
+  };
+}
+
+RegisterCommand reg({"mutants", "list the planted bugs (backends mutant:NAME) and what each breaks",
+                     "  dsa-parity mutants\n  dsa-parity fuzz --backend mutant:kl_reversed --profile smoke --shrink", setup});
 
 }  // namespace
 }  // namespace dsa::cli

@@ -7,18 +7,29 @@
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags());
-  a.expect_positional({"DIR"});
-  SessionOptions o = session_options(a, "replay", argc, argv);
-  o.random = false;
-  o.case_files = corpus_files(a.positional()[0], "DIR");
-  require(!o.case_files.empty(), "DIR", "'" + a.positional()[0] + "' holds no *.json case file");
-  return run_session(o);
+struct Flags {
+  SessionFlags session;
+  std::string dir;
+};
+
+Run setup(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  add_positional(app, "DIR", f->dir, "the folder of case files (edge/ first, then regressions/, then the rest)");
+  add_session_flags(app, f->session);
+  return [f, &app] {
+    expect_positional(app, "DIR", f->dir);
+    SessionOptions o = session_options(f->session, "replay");
+    o.random = false;
+    o.case_files = corpus_files(f->dir, "DIR");
+    require(!o.case_files.empty(), "DIR", "'" + f->dir + "' holds no *.json case file");
+    check_required_device(f->session);
+    announce_backend(o);
+    return run_session(o);
+  };
 }
 
-RegisterCommand reg({"replay", "DIR [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
-                     "run every case file under DIR (a regression corpus) on a backend", run});
+RegisterCommand reg({"replay", "run every case file under DIR (a regression corpus) on a backend",
+                     "  dsa-parity replay cases --backend lowp --report r.json --junit j.xml", setup});
 
 }  // namespace
 }  // namespace dsa::cli

@@ -6,20 +6,31 @@
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags());
-  a.expect_positional({"CASE.json"});
-  SessionOptions o = session_options(a, "repro", argc, argv);
-  o.random = false;
-  o.case_files = {a.positional()[0]};
-  corpus_files(o.case_files[0], "CASE.json");  // exists?
-  o.verbose = true;
-  o.progress = false;
-  return run_session(o);
+struct Flags {
+  SessionFlags session;
+  std::string file;
+};
+
+Run setup(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  add_positional(app, "CASE.json", f->file, "the case file to run");
+  add_session_flags(app, f->session);
+  return [f, &app] {
+    expect_positional(app, "CASE.json", f->file);
+    SessionOptions o = session_options(f->session, "repro");
+    o.random = false;
+    o.case_files = {f->file};
+    corpus_files(o.case_files[0], "CASE.json");  // exists?
+    o.verbose = true;
+    o.progress = false;
+    check_required_device(f->session);
+    announce_backend(o);
+    return run_session(o);
+  };
 }
 
-RegisterCommand reg({"repro", "CASE.json [--backend B] [--report FILE] [--junit FILE] [--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
-                     "run one case file and print the metrics of every checked tensor", run});
+RegisterCommand reg({"repro", "run one case file and print the metrics of every checked tensor",
+                     "  dsa-parity repro cases/edge/shorter_than_k.json --backend lowp --report r.json", setup});
 
 }  // namespace
 }  // namespace dsa::cli

@@ -1,29 +1,38 @@
 // dsa-parity shrink: reduce a failing case while its failure holds; write the reproducer.
-#include <cmath>
-
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
-#include "tools/args.hpp"
 #include "tools/command.hpp"
 #include "tools/limit_args.hpp"
+#include "tools/session_args.hpp"
 
 namespace dsa::cli {
 namespace {
 
-int run(int argc, char** argv) {
-  Args a(argc, argv, with_limit_flags({"backend", "out", "time-budget", "comm"}));
-  apply_limit_flags(a);
-  a.expect_positional({"CASE.json"});
-  BackendOptions bopt;
-  bopt.comm = a.get_or("comm", "auto");
-  const double budget = a.get_double("time-budget", 60);
-  require(budget > 0 && std::isfinite(budget), "--time-budget", "must be a number of seconds > 0");
-  return run_shrink(a.positional()[0], a.get_or("backend", "auto"), bopt, a.get_or("out", ""), budget);
+struct Flags {
+  std::string file, backend = "auto", out, time_budget = "60", comm = "auto";
+  LimitFlags limits;
+};
+
+Run setup(CLI::App& app) {
+  auto f = std::make_shared<Flags>();
+  add_positional(app, "CASE.json", f->file, "the failing case file");
+  add_value(app, "--backend", f->backend, std::string("the implementation the case fails on: ") + kBackendHelp, "B");
+  add_value(app, "--out", f->out, "where to write the shrunk case", "FILE",
+            "cases/regressions/<bucket>.json (a mutant's: ./dsa-parity-out/)");
+  add_value(app, "--time-budget", f->time_budget, "stop shrinking after SEC seconds", "SEC")->check(seconds_value());
+  add_comm_flag(app, f->comm);
+  add_limit_flags(app, f->limits);
+  return [f, &app] {
+    expect_positional(app, "CASE.json", f->file);
+    apply_limit_flags(f->limits);
+    BackendOptions bopt;
+    bopt.comm = f->comm;
+    return run_shrink(f->file, f->backend, bopt, f->out, parse_double(f->time_budget, "--time-budget"));
+  };
 }
 
-RegisterCommand reg({"shrink", "CASE.json [--backend B] [--out FILE] [--time-budget SEC] [--comm nccl|local|auto] [--max-bytes N] [--max-pairs N]",
-                     "reduce a failing case while its bucket holds; writes cases/regressions/<bucket>.json or --out",
-                     run});
+RegisterCommand reg({"shrink", "reduce a failing case while its bucket holds; writes cases/regressions/<bucket>.json or --out",
+                     "  dsa-parity shrink failing.json --backend mutant:kl_reversed --out small.json", setup});
 
 }  // namespace
 }  // namespace dsa::cli

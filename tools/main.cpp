@@ -3,7 +3,6 @@
 // cannot run the request, 4 for an internal error (never 1: that is a parity failure). Every
 // message is printed as one line of valid UTF-8, capped, whatever the input put into it.
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -14,38 +13,15 @@
 #include "harness/text.hpp"
 #include "tools/command.hpp"
 
-namespace dsa::cli {
-std::vector<Command>& commands() {
-  static std::vector<Command> c;
-  return c;
-}
-}  // namespace dsa::cli
-
-static void usage(FILE* out) {
-  std::fprintf(out, "dsa-parity: verify fused DeepSeek Sparse Attention kernels against an exact reference\n\n");
-  std::fprintf(out, "usage:\n");
-  for (auto& c : dsa::cli::commands())
-    std::fprintf(out, "  dsa-parity %-8s %s\n      %s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str());
-  std::fprintf(out, "\nexit codes: 0 all passed, 1 parity failure, 2 bad usage or input, 3 environment cannot run it, "
-                    "4 internal error, 130/143 interrupted by SIGINT/SIGTERM\n");
-}
-
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  for (auto& c : dsa::cli::commands()) {
-    if (c.name != argv[1]) continue;
-    if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h")) && c.name != "bench") {
-      std::printf("usage: dsa-parity %s %s\n  %s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str());
-      return 0;
-    }
+  // Help, --version and bad usage of the command line (exit 2, one line) end here (tools/cli.cpp).
+  const dsa::cli::Parsed c = dsa::cli::parse(argc, argv);
+  if (c.run) {
     auto line = [&](const char* kind, const std::string& what) {
       std::fprintf(stderr, "dsa-parity %s: %s: %s\n", c.name.c_str(), kind, dsa::text::one_line(what, 1000).c_str());
     };
     try {
-      return c.run(argc - 1, argv + 1);
+      return c.run();
     } catch (const dsa::InvalidInput& e) {
       line("error", e.what());
       return 2;
@@ -64,7 +40,5 @@ int main(int argc, char** argv) {
       return 4;
     }
   }
-  std::fprintf(stderr, "dsa-parity: error: subcommand: unknown %s (see dsa-parity --help)\n",
-               dsa::text::quoted(argv[1]).c_str());
-  return 2;
+  return c.exit_code;
 }

@@ -1,40 +1,88 @@
 // What fuzz, repro and replay share on the command line: the backend, its communicator, the
-// exec backend's time limit, the report files and the size limits of cases.
+// oracle, the exec backend's time limit, the report files, --require-device and the size limits.
 #pragma once
 
-#include <cmath>
-#include <set>
+#include <cstdio>
 #include <string>
 
-#include "harness/fuzz.hpp"
 #include "core/errors.hpp"
-#include "tools/args.hpp"
+#include "harness/backend.hpp"
+#include "harness/fuzz.hpp"
+#include "tools/command.hpp"
 #include "tools/limit_args.hpp"
 
 namespace dsa::cli {
 
-// The flags every session subcommand takes, plus `extra`.
-inline std::set<std::string> session_flags(std::set<std::string> extra = {}) {
-  extra.insert({"backend", "oracle", "comm", "exec-timeout", "report", "junit"});
-  return with_limit_flags(std::move(extra));
+inline const char* const kBackendHelp =
+    "reference | lowp | cuda | auto (cuda when a device is present, else lowp; the run prints the choice) | "
+    "mutant:NAME (see dsa-parity mutants) | exec:CMD | exec2:CMD";
+
+// --comm: the communicator of the cuda backend. mpi is a known name that is refused (exit 2) until
+// an MPI launcher exists.
+inline CLI::Option* add_comm_flag(CLI::App& app, std::string& comm) {
+  return add_value(app, "--comm", comm,
+                   "the cuda backend's communicator between CP ranks (other backends run their ranks in "
+                   "process: leave it auto); mpi is refused in this build",
+                   "nccl|local|auto|mpi")
+      ->check(one_of({"nccl", "local", "auto", "mpi"}));
 }
 
-inline SessionOptions session_options(const Args& a, const std::string& command, int argc, char** argv) {
-  apply_limit_flags(a);
+struct SessionFlags {
+  std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", report, junit;
+  bool require_device = false;
+  LimitFlags limits;
+};
+
+inline void add_session_flags(CLI::App& app, SessionFlags& f) {
+  add_value(app, "--backend", f.backend, std::string("the implementation under test: ") + kBackendHelp, "B");
+  add_value(app, "--oracle", f.oracle,
+            "what computes the exact and lowp sides: cpu (the CPU reference), gpu (check/gpu, exit 3 without a "
+            "device) or auto (gpu when a device is present)",
+            "cpu|gpu|auto")
+      ->check(one_of({"cpu", "gpu", "auto"}));
+  add_comm_flag(app, f.comm);
+  add_value(app, "--exec-timeout", f.exec_timeout, "exec:/exec2: backends: the time limit of one case, in seconds",
+            "SEC")
+      ->check(seconds_value());
+  add_value(app, "--report", f.report, "write the JSON report (dsa-parity/report/v1) to FILE (default: none)", "FILE");
+  add_value(app, "--junit", f.junit, "write JUnit XML to FILE (default: none)", "FILE");
+  add_switch(app, "--require-device", f.require_device,
+               "exit 3 (before any case runs) when no CUDA device is present, whatever the backend");
+  add_limit_flags(app, f.limits);
+}
+
+inline SessionOptions session_options(const SessionFlags& f, const std::string& command) {
+  apply_limit_flags(f.limits);
   SessionOptions o;
   o.command = command;
-  for (int i = 0; i < argc; ++i) o.arguments.push_back(argv[i]);
-  o.backend = a.get_or("backend", "auto");
-  o.backend_opt.comm = a.get_or("comm", "auto");
-  o.oracle = a.get_or("oracle", "cpu");
-  require(o.oracle == "cpu" || o.oracle == "gpu" || o.oracle == "auto", "--oracle",
-          "must be cpu, gpu or auto, got '" + o.oracle + "'");
-  o.backend_opt.exec_timeout_s = a.get_double("exec-timeout", o.backend_opt.exec_timeout_s);
-  require(o.backend_opt.exec_timeout_s > 0 && std::isfinite(o.backend_opt.exec_timeout_s), "--exec-timeout",
-          "must be a number of seconds > 0");
-  o.report = a.get_or("report", "");
-  o.junit = a.get_or("junit", "");
+  o.arguments = command_line();
+  o.backend = f.backend;
+  o.backend_opt.comm = f.comm;
+  o.oracle = f.oracle;
+  o.backend_opt.exec_timeout_s = parse_double(f.exec_timeout, "--exec-timeout");
+  o.report = f.report;
+  o.junit = f.junit;
   return o;
+}
+
+// --backend auto: which backend it chooses (harness/backend.cpp: cuda when a device is present,
+// else lowp), printed before the run like its `oracle:` line.
+inline void announce_backend(const SessionOptions& o) {
+  if (o.backend != "auto") return;
+  const bool device = cuda_device_present();
+  std::printf("backend: %s (--backend auto: %s)\n", device ? "cuda" : "lowp",
+              device ? "a CUDA device is present" : "no CUDA device");
+  std::fflush(stdout);
+}
+
+// --require-device: checked once every flag is valid (bad usage stays exit 2), before the backend.
+inline void check_required_device(const SessionFlags& f) {
+  if (!f.require_device || cuda_device_present()) return;
+#ifdef DSA_HAVE_CUDA
+  throw Unavailable("--require-device: no CUDA device is present");
+#else
+  throw Unavailable("--require-device: this build has no CUDA (configured with DSA_WITH_CUDA off or no nvcc)");
+#endif
 }
 
 }  // namespace dsa::cli
