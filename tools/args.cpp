@@ -27,6 +27,8 @@ Args::Args(int argc, char** argv, const std::set<std::string>& value_flags,
            const std::set<std::string>& switches) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "-q") a = "--quiet";  // the one-letter forms of the session switches
+    if (a == "-v") a = "--verbose";
     if (a.rfind("--", 0) != 0 || a == "--") {
       positional_.push_back(a);
       continue;

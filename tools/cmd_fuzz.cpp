@@ -1,5 +1,6 @@
 // dsa-parity fuzz: the corpus, then seeded random cases of a profile, through one backend.
 #include <cmath>
+#include <filesystem>
 
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
@@ -10,7 +11,7 @@ namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags({"seed", "cases", "time-budget", "profile", "corpus", "path"}), {"shrink"});
+  Args a(argc, argv, session_flags({"seed", "cases", "time-budget", "profile", "corpus", "path"}), session_switches({"shrink"}));
   a.expect_positional({});
   SessionOptions o = session_options(a, "fuzz", argc, argv);
   o.seed = a.get_uint64("seed", 1);  // any uint64, as in case files
@@ -33,6 +34,7 @@ int run(int argc, char** argv) {
   if (corpus == "none") corpus.clear();
   if (!corpus.empty()) {
     o.case_files = corpus_files(corpus, "--corpus");
+    o.case_root = std::filesystem::is_directory(corpus) ? corpus : std::filesystem::path(corpus).parent_path().string();
     o.regressions_dir = corpus + "/regressions";
   }
   return run_session(o);
@@ -41,7 +43,8 @@ int run(int argc, char** argv) {
 RegisterCommand reg({"fuzz",
                      "[--backend B] [--seed S] [--cases N | --time-budget SEC] [--profile smoke|default|nightly|production] "
                      "[--path absorbed|explicit|any|auto] [--report FILE] [--junit FILE] [--shrink] [--corpus DIR|none] "
-                     "[--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N]",
+                     "[--comm nccl|local|auto] [--exec-timeout SEC] [--max-bytes N] [--max-pairs N] [--maxfail N] [-q|-v] "
+                     "[--progress-every SEC] [--html FILE] [--keep-worst N]",
                      "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
                      run});
 

@@ -1,4 +1,6 @@
 // dsa-parity replay: every case file of a folder (edge/ first, then regressions/, then the rest).
+#include <filesystem>
+
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
 #include "tools/command.hpp"
@@ -8,11 +10,14 @@ namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags());
+  Args a(argc, argv, session_flags(), session_switches());
   a.expect_positional({"DIR"});
   SessionOptions o = session_options(a, "replay", argc, argv);
   o.random = false;
   o.case_files = corpus_files(a.positional()[0], "DIR");
+  o.case_root = std::filesystem::is_directory(a.positional()[0])
+                    ? a.positional()[0]
+                    : std::filesystem::path(a.positional()[0]).parent_path().string();
   require(!o.case_files.empty(), "DIR", "'" + a.positional()[0] + "' holds no *.json case file");
   return run_session(o);
 }

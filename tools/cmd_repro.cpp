@@ -7,7 +7,7 @@ namespace dsa::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  Args a(argc, argv, session_flags());
+  Args a(argc, argv, session_flags(), session_switches());
   a.expect_positional({"CASE.json"});
   SessionOptions o = session_options(a, "repro", argc, argv);
   o.random = false;

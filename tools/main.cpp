@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "harness/report.hpp"
 #include "harness/text.hpp"
 #include "tools/command.hpp"
 
@@ -31,6 +32,7 @@ static void usage(FILE* out) {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 0) dsa::set_invoked_binary(argv[0]);  // repro lines name the binary as invoked
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

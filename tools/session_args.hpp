@@ -16,7 +16,14 @@ namespace dsa::cli {
 // The flags every session subcommand takes, plus `extra`.
 inline std::set<std::string> session_flags(std::set<std::string> extra = {}) {
   extra.insert({"backend", "oracle", "comm", "exec-timeout", "report", "junit"});
+  extra.insert({"maxfail", "progress-every", "html", "keep-worst"});  // run output (README "Runs, reports")
   return with_limit_flags(std::move(extra));
+}
+
+// The switches every session subcommand takes (-q = --quiet, -v = --verbose), plus `extra`.
+inline std::set<std::string> session_switches(std::set<std::string> extra = {}) {
+  extra.insert({"quiet", "verbose"});
+  return extra;
 }
 
 inline SessionOptions session_options(const Args& a, const std::string& command, int argc, char** argv) {
@@ -34,6 +41,14 @@ inline SessionOptions session_options(const Args& a, const std::string& command,
           "must be a number of seconds > 0");
   o.report = a.get_or("report", "");
   o.junit = a.get_or("junit", "");
+  o.html = a.get_or("html", "");
+  o.maxfail = a.get_int("maxfail", 0, 0);
+  o.keep_worst = a.get_int("keep-worst", 10, 0);
+  require(!(a.has("quiet") && a.has("verbose")), "-q", "give either -q or -v, not both");
+  o.output = a.has("quiet") ? -1 : a.has("verbose") ? 1 : 0;
+  o.progress_every_s = a.get_double("progress-every", 30);
+  require(o.progress_every_s >= 0 && std::isfinite(o.progress_every_s), "--progress-every",
+          "must be a number of seconds >= 0 (0: no progress lines off a TTY)");
   return o;
 }
 
