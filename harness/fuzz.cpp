@@ -254,10 +254,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // does not draw is not selected (listed on stdout and in the report, never run, never a pass).
   // replay and repro run every file they are given.
   std::vector<std::pair<std::string, Case>> files;
+  std::vector<std::string> not_selected;  // as given (stdout); the report's are relative to its folder
   for (const auto& file : o.case_files) {
     Case c = load_case_file(file);
     if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
-      ctx.not_selected.push_back(in_report(file));
+      not_selected.push_back(file), ctx.not_selected.push_back(in_report(file));
     else
       files.emplace_back(file, std::move(c));
   }
@@ -389,7 +390,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
 
   if (o.random && !quiet) print_random_header(o, bname, paths);
   if (!quiet)
-    for (const auto& file : ctx.not_selected)
+    for (const auto& file : not_selected)
     std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
   bool go = !(stop_signal = interrupt::pending());
   for (auto& [file, c] : files) {
