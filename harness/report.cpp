@@ -251,8 +251,20 @@ json record_json(const CaseRecord& r) {
 }
 
 json compact_record_json(const CaseRecord& r) {
+  // The case without its note and without the fields at their defaults (case_from_json fills them in).
   json c = case_json(r.c);
   c.erase("note");
+  static const json defaults = to_json(Case{});
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "schema" || k == "seed" || k == "seqlens" || k == "softmax_scale" || k == "path" ||
+        !c.contains(k))
+      continue;
+    if (c[k] == *it) c.erase(k);
+    else if (it->is_object())
+      for (auto f = it->begin(); f != it->end(); ++f)
+        if (c[k].contains(f.key()) && c[k][f.key()] == *f) c[k].erase(f.key());
+  }
   json margins = json::object();
   for (auto& t : r.v.checks)
     if (t.status != CheckStatus::not_checked) margins[t.tensor] = rounded(margin_of(t), 3);

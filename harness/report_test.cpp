@@ -454,6 +454,12 @@ TEST(Report, PassingRecordsAreCompactAndTheWorstAreKeptInFull) {
     const std::string compact = compact_record_json(r).dump();
     EXPECT_LE(compact.size(), 1024u) << compact;
     EXPECT_EQ(compact.find("nnnn"), std::string::npos);
+    // The compact case, defaults left out, is still the case.
+    EXPECT_EQ(to_json(case_from_json(compact_record_json(r)["case"])), [&] {
+      json full = to_json(r.c);
+      full.erase("note");
+      return full;
+    }());
   }
   const json rep = report_json(ctx, rs);
   ASSERT_EQ(rep["worst_passing"].size(), 3u);
