@@ -31,10 +31,8 @@ std::vector<std::string> feature_tags(const Case& c) {
 }
 
 std::string make_bucket(const std::string& backend, const std::string& stage, const std::string& tensor,
-                        Failure failure, const std::vector<std::string>& tags) {
-  std::string t;
-  for (auto& s : tags) t += (t.empty() ? "" : "+") + s;
-  return backend + "/" + stage + "/" + tensor + "/" + name(failure) + "/" + (t.empty() ? "plain" : t);
+                        Failure failure) {
+  return backend + "/" + stage + "/" + tensor + "/" + name(failure);
 }
 
 std::string bucket_file_stem(const std::string& bucket) {

@@ -15,10 +15,11 @@ namespace dsa {
 // all-zero indexer rows), short-rows (a sequence of length <= 1 or shorter than K).
 std::vector<std::string> feature_tags(const Case& c);
 
-// "<backend>/<stage>/<tensor>/<class>/<tag+tag|plain>", e.g.
-// "mutant:kl_reversed/loss/kl/mismatch/cp+pad+ties". A crash or timeout has stage "run", tensor "-".
+// "<backend>/<stage>/<tensor>/<class>", e.g. "mutant:kl_reversed/loss/kl/mismatch". A crash or
+// timeout has stage "run", tensor "-". The feature tags are not part of it: they are counted inside
+// the bucket (the report's summary.buckets[].tags histogram), never split it.
 std::string make_bucket(const std::string& backend, const std::string& stage, const std::string& tensor,
-                        Failure failure, const std::vector<std::string>& tags);
+                        Failure failure);
 
 // A file name for a bucket: characters outside [A-Za-z0-9._+-] become '_', '/' becomes '.',
 // long names are cut and given a hash suffix so they stay unique.

@@ -1,5 +1,7 @@
 // Case JSON (dsa-parity/case/v1): parse, validate, save, describe. Every refusal names the JSON
 // path of the field and the rule it breaks.
+#include <cerrno>
+#include <cstdlib>
 #include "harness/case.hpp"
 
 #include <algorithm>
@@ -109,9 +111,18 @@ Case case_from_json(const json& j) {
   Problem& p = c.problem;
   const json* seed = member(j, "seed");
   require(seed != nullptr, "seed", "is required (a non-negative integer)");
-  require(seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0), "seed",
-          "must be a non-negative integer below 2^64, got " + (seed->is_number_integer() ? seed->dump() : got(*seed)));
-  c.seed = seed->get<uint64_t>();
+  if (seed->is_string()) {  // reports write seeds as strings of decimal digits (JSON numbers lose bits above 2^53)
+    const std::string& t = seed->get_ref<const std::string&>();
+    const bool digits = !t.empty() && t.size() <= 20 && t.find_first_not_of("0123456789") == std::string::npos;
+    errno = 0;
+    const unsigned long long x = digits ? std::strtoull(t.c_str(), nullptr, 10) : 0;
+    require(digits && errno != ERANGE, "seed", "must be a non-negative integer below 2^64 (a number or a string of digits), got " + got(*seed));
+    c.seed = x;
+  } else {
+    require(seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0), "seed",
+            "must be a non-negative integer below 2^64, got " + (seed->is_number_integer() ? seed->dump() : got(*seed)));
+    c.seed = seed->get<uint64_t>();
+  }
 
   const json* seqlens = member(j, "seqlens");
   require(seqlens != nullptr, "seqlens", "is required (a list of sequence lengths)");

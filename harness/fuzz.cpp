@@ -11,6 +11,7 @@
 #include <functional>
 #include <set>
 
+#include "harness/bounds.hpp"
 #include "harness/bucket.hpp"
 #include "harness/case.hpp"
 #include "harness/coverage.hpp"
@@ -138,6 +139,8 @@ ProfileDefaults checked_defaults(const SessionOptions& o) {
   // Report files that could not be written are bad usage, found before the first case.
   if (!o.report.empty()) check_output_file(o.report, "--report");
   if (!o.junit.empty()) check_output_file(o.junit, "--junit");
+  if (!o.html.empty()) check_output_file(o.html, "--html");
+  require(o.maxfail >= 0, "--maxfail", "must be >= 0");
   return defaults;
 }
 
@@ -210,7 +213,31 @@ int run_session(const SessionOptions& o, Backend& backend) {
 
   // The oracle is made once per session (the GPU one keeps its device state across cases).
   std::unique_ptr<Oracle> oracle = make_oracle(o.oracle);
-  std::printf("oracle: %s (--oracle %s)\n", oracle->name().c_str(), o.oracle.c_str());
+  const bool quiet = o.output < 0;
+  if (!quiet) std::printf("oracle: %s (--oracle %s)\n", oracle->name().c_str(), o.oracle.c_str());
+
+  // Repro lines: the terminal's and JUnit's run here (the binary as invoked, absolute case paths);
+  // the report's are relative to the report's folder, with `dsa-parity` from PATH.
+  ReproSpec here;
+  here.binary = invoked_binary();
+  here.options = {"--backend", bname};
+  if (o.oracle != "cpu") here.options.insert(here.options.end(), {"--oracle", o.oracle});
+  if (o.backend_opt.comm != "auto") here.options.insert(here.options.end(), {"--comm", o.backend_opt.comm});
+  if (o.backend_opt.exec_timeout_s != BackendOptions{}.exec_timeout_s) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%g", o.backend_opt.exec_timeout_s);
+    here.options.insert(here.options.end(), {"--exec-timeout", b});
+  }
+  if (limits().max_bytes != 0) here.options.insert(here.options.end(), {"--max-bytes", std::to_string(limits().max_bytes)});
+  if (limits().max_pairs != Limits{}.max_pairs)
+    here.options.insert(here.options.end(), {"--max-pairs", std::to_string(limits().max_pairs)});
+  here.env = repro_environment();
+  ReproSpec portable = here;
+  portable.binary = "dsa-parity";
+  const std::string report_dir =
+      o.report.empty() ? std::string() : fs::absolute(o.report).parent_path().lexically_normal().string();
+  auto in_report = [&](const std::string& path) { return relative_to(path, report_dir); };
+  auto absolute = [](const std::string& path) { return fs::absolute(path).lexically_normal().string(); };
 
   RunContext ctx;
   ctx.command = o.command;
@@ -219,6 +246,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.oracle = oracle->name();
   ctx.profile = o.profile;
   ctx.master_seed = o.seed;
+  ctx.maxfail = o.maxfail;
+  ctx.keep_worst = o.keep_worst;
   ctx.started = utc_now();
   if (o.random) ctx.paths = paths;
 
@@ -226,10 +255,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // does not draw is not selected (listed on stdout and in the report, never run, never a pass).
   // replay and repro run every file they are given.
   std::vector<std::pair<std::string, Case>> files;
+  std::vector<std::string> not_selected;  // as given (stdout); the report's are relative to its folder
   for (const auto& file : o.case_files) {
     Case c = load_case_file(file);
     if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
-      ctx.not_selected.push_back(file);
+      not_selected.push_back(file), ctx.not_selected.push_back(in_report(file));
     else
       files.emplace_back(file, std::move(c));
   }
@@ -238,7 +268,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   if (o.random) random_cases = o.cases ? *o.cases : o.time_budget_s ? std::optional<int64_t>() : defaults.cases;
   std::optional<int64_t> total;
   if (!o.random || random_cases) total = static_cast<int64_t>(files.size()) + (random_cases ? *random_cases : 0);
-  Progress progress(o.progress, total, o.time_budget_s);
+  Progress progress(o.progress && !quiet, total, o.time_budget_s, o.progress_every_s);
 
   // The report and JUnit stream to disk as cases finish; only counts and bucket rows stay in
   // memory (RunTally), never the case records.
@@ -257,7 +287,12 @@ int run_session(const SessionOptions& o, Backend& backend) {
     tally.add(r);
     if (report) report->add(r);
     if (junit) junit->add(ctx, r);
-    progress.update(tally.cases, tally.failed);
+    progress.update(tally.cases, tally.failed, tally.passed);
+  };
+  // The name a case keeps from run to run (JUnit): its corpus file, or a hash of its JSON.
+  auto case_name = [&](const std::string& file, const Case& c) {
+    if (file.empty()) return random_case_name(c);
+    return relative_to(file, o.case_root);
   };
   auto unfinished = [&](CaseRecord& r, const std::string& what) {
     r.unfinished = true;
@@ -273,7 +308,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file) {
     CaseRecord r;
     r.index = next_index;
-    r.origin = origin;
+    r.origin = file.empty() ? origin : in_report(origin);
+    r.name = case_name(file, c);
     r.c = c;
     r.case_file = file;
     try {
@@ -297,18 +333,26 @@ int run_session(const SessionOptions& o, Backend& backend) {
         fs::create_directories(out_dir);
         save_case(c, r.case_file);
       }
-      r.repro = repro_command(r.case_file, bname);
+      r.repro_here = repro_line(here, absolute(r.case_file));
+      r.case_file = in_report(r.case_file);
+      r.repro = repro_line(portable, r.case_file);
       progress.finish();
-      std::printf("FAIL %s\n  case %lld (%s): %s\n  %s\n  repro: %s\n", r.v.bucket.c_str(), (long long)r.index,
-                  origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro.c_str());
-      // One shrink per failure (stage, tensor, class): the feature tags vary from case to case but
+      if (quiet)
+        std::printf("FAIL %s  repro: %s\n", r.v.bucket.c_str(), r.repro_here.c_str());
+      else
+        std::printf("FAIL %s\n  case %lld (%s): %s\n  %s\n  repro: %s\n", r.v.bucket.c_str(), (long long)r.index,
+                    origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro_here.c_str());
+      // One shrink per bucket (stage, tensor, class): the feature tags vary from case to case but
       // shrinking drops them anyway.
       if (o.shrink && shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
         try {
-          r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, r.case_file);
-          std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
-                      r.shrunk->file.c_str(), describe(r.shrunk->shrunk).c_str());
+          r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, in_report(origin));
+          r.shrunk->file_here = absolute(r.shrunk->file);
+          r.shrunk->file = in_report(r.shrunk->file);
+          if (!quiet)
+            std::printf("  shrunk (%lld runs, %.1f s) to %s: %s\n", (long long)r.shrunk->runs, r.shrunk->seconds,
+                        r.shrunk->file_here.c_str(), describe(r.shrunk->shrunk).c_str());
         } catch (const interrupt::Stopped& s) {  // the case is done; its shrinking is not
           std::printf("  shrinking stopped (%s)\n", s.signal ? "interrupted" : "time limit");
           if (s.signal)
@@ -318,19 +362,36 @@ int run_session(const SessionOptions& o, Backend& backend) {
         }
       }
       std::fflush(stdout);
-    } else if (r.v.verdict != Verdict::pass) {
+    } else {
+      if (!r.case_file.empty()) r.case_file = in_report(r.case_file);
+      if (r.v.verdict != Verdict::pass && !quiet) {
+        progress.finish();
+        std::printf("%s: case %lld (%s): %s\n  %s\n", name(r.v.verdict), (long long)r.index, origin.c_str(),
+                    describe(c).c_str(), r.v.message.c_str());
+      }
+    }
+    if (o.output > 0 && !o.verbose) {
+      double worst = -1;
+      std::string at;
+      for (auto& t : r.v.checks)
+        if (t.status != CheckStatus::not_checked && margin_of(t) > worst) {
+          worst = margin_of(t);
+          at = t.tensor;
+        }
       progress.finish();
-      std::printf("%s: case %lld (%s): %s\n  %s\n", name(r.v.verdict), (long long)r.index, origin.c_str(),
-                  describe(c).c_str(), r.v.message.c_str());
+      std::printf("%-4s case %lld (%s): %s  worst margin %.3g (%s)\n", r.v.verdict == Verdict::pass ? "ok" : name(r.v.verdict),
+                  (long long)r.index, origin.c_str(), describe(c).c_str(), worst, at.empty() ? "-" : at.c_str());
     }
     if (o.verbose) std::printf("%s %s\n%s", name(r.v.verdict), describe(c).c_str(), checks_table(r.v).c_str());
     record(r);
     if (!stop_signal) stop_signal = interrupt::pending();
-    return !stop_signal && !past_limit;
+    if (o.maxfail > 0 && tally.failed >= o.maxfail) ctx.maxfail_reached = true;
+    return !stop_signal && !past_limit && !ctx.maxfail_reached;
   };
 
-  if (o.random) print_random_header(o, bname, paths);
-  for (const auto& file : ctx.not_selected)
+  if (o.random && !quiet) print_random_header(o, bname, paths);
+  if (!quiet)
+    for (const auto& file : not_selected)
     std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
   bool go = !(stop_signal = interrupt::pending());
   for (auto& [file, c] : files) {
@@ -339,9 +400,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
     if (past_limit) {  // corpus cases always start, unless the hard limit has passed: listed, not run
       CaseRecord r;
       r.index = next_index++;
-      r.origin = file;
+      r.origin = in_report(file);
+      r.name = case_name(file, c);
       r.c = c;
-      r.case_file = file;
+      r.case_file = in_report(file);
       unfinished(r, "not started");
       record(r);
       continue;
@@ -368,6 +430,9 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
   std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
+  if (!quiet) std::printf("%s", margin_table(tally).c_str());
+  if (ctx.maxfail_reached)
+    std::printf("stopped after %lld failing cases (--maxfail %lld)\n", (long long)tally.failed, (long long)o.maxfail);
   if (stop_signal)
     std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
                 stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",
@@ -379,6 +444,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
   if (junit) {
     junit->finish(ctx, tally);
     std::printf("junit: %s\n", o.junit.c_str());
+  }
+  if (!o.html.empty()) {
+    write_text_file(o.html, html_summary(ctx, tally));
+    std::printf("html: %s\n", o.html.c_str());
   }
   std::fflush(stdout);
   return ctx.exit_code;
@@ -412,7 +481,9 @@ int run_shrink(const std::string& file, const std::string& backend_spec, const B
   ShrinkRecord s = shrink_and_save(c, v, *backend, budget_s, path_of, file);
   std::printf("shrunk in %lld runs (%.1f s): %s\n  bucket %s\n  wrote %s\n  repro: %s\n", (long long)s.runs, s.seconds,
               describe(s.shrunk).c_str(), s.bucket.c_str(), s.file.c_str(),
-              repro_command(s.file, backend->name()).c_str());
+              repro_line(ReproSpec{invoked_binary(), {"--backend", backend->name()}, repro_environment()},
+                         fs::absolute(s.file).lexically_normal().string())
+                  .c_str());
   return 1;
 }
 

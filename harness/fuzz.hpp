@@ -32,6 +32,12 @@ struct SessionOptions {
   std::string regressions_dir;           // shrunk cases of real backends ("" = the output folder)
   bool verbose = false;                  // print every checked tensor of every case (repro)
   bool progress = true;
+  int output = 0;                        // -1 -q (summary, buckets, failures' repro lines), 0 normal, 1 -v (every case)
+  double progress_every_s = 30;          // off a TTY: a progress line every this many seconds (0 = none)
+  int64_t maxfail = 0;                   // --maxfail N: stop after N failing cases (0 = never)
+  int64_t keep_worst = 10;               // full records of the worst passing cases (report worst_passing)
+  std::string html;                      // --html FILE ("" = none)
+  std::string case_root;                 // the folder case_files came from: their JUnit names are relative to it
 };
 
 struct ProfileDefaults {

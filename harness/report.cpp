@@ -14,17 +14,32 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "harness/backend.hpp"
+#include "harness/bucket.hpp"
 #include "core/errors.hpp"
 #include "harness/text.hpp"
 
 #ifdef DSA_HAVE_CUDA
 #include "fused/device.hpp"
 #endif
+
+// Captured by CMake (harness/CMakeLists.txt); defaults for other builds.
+#ifndef DSA_GIT_DESCRIBE
+#define DSA_GIT_DESCRIBE "unknown"
+#endif
+#ifndef DSA_BUILD_TYPE
+#define DSA_BUILD_TYPE ""
+#endif
+#ifndef DSA_COMPILE_FLAGS
+#define DSA_COMPILE_FLAGS ""
+#endif
+
+extern char** environ;
 
 namespace dsa {
 
@@ -38,16 +53,6 @@ json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-std::string command_output(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  return trim(out);
 }
 
 // The MLA paths random cases were drawn from, by name; null when the run drew no random case
@@ -90,14 +95,21 @@ std::string utc_now() {
 
 json environment_json() {
   json e;
-  // DSA_GIT_SHA names the commit where the tree travels without its .git (a device machine).
+  // DSA_GIT_SHA names the commit at run time (a tree that travels without its .git, a device
+  // machine); else `git describe --always --dirty` captured by CMake at configure time.
   const char* given = std::getenv("DSA_GIT_SHA");
-  std::string sha = given ? given : command_output("git -C '" DSA_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
-  const bool is_sha = sha.size() == 40 && sha.find_first_not_of("0123456789abcdef") == std::string::npos;
-  if (!given && is_sha &&
-      !command_output("git -C '" DSA_SOURCE_DIR "' status --porcelain --untracked-files=no 2>/dev/null").empty())
-    sha += "-dirty";
-  e["git_sha"] = given || is_sha ? sha : "unknown";
+  std::string sha = given && *given ? given : DSA_GIT_DESCRIBE;
+  bool dirty = false;
+  const std::string suffix = "-dirty";
+  if (sha.size() > suffix.size() && sha.compare(sha.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    sha.resize(sha.size() - suffix.size());
+    dirty = true;
+  }
+  if (sha.empty() || sha == "HEAD") sha = "unknown";
+  e["git_sha"] = sha;
+  e["git_dirty"] = dirty;
+  e["build_type"] = DSA_BUILD_TYPE[0] ? DSA_BUILD_TYPE : "unknown";
+  e["compile_flags"] = trim(DSA_COMPILE_FLAGS);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   e["host"] = host;
@@ -117,6 +129,65 @@ json environment_json() {
 #endif
   return e;
 }
+
+namespace {
+
+// The case as reports hold it: its seed a string (uint64 seeds lose bits as JSON numbers).
+json case_json(const Case& c) {
+  json j = to_json(c);
+  j["seed"] = std::to_string(c.seed);
+  return j;
+}
+
+// A number rounded to `digits` significant digits (compact records stay small).
+json rounded(double x, int digits) {
+  if (!std::isfinite(x)) return nullptr;
+  char b[40];
+  std::snprintf(b, sizeof b, "%.*g", digits, x);
+  return json(std::strtod(b, nullptr));
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// The largest margin of a record's checked tensors (-1 when none was compared).
+double record_margin(const CaseVerdict& v) {
+  double m = -1;
+  for (auto& t : v.checks)
+    if (t.status != CheckStatus::not_checked) m = std::max(m, margin_of(t));
+  return m;
+}
+
+}  // namespace
+
+double margin_of(const TensorCheck& t) {
+  const double d = t.alpha * t.e_l + t.floor;
+  if (std::isnan(t.e_f)) return std::numeric_limits<double>::infinity();
+  if (d > 0) return t.e_f / d;
+  return t.e_f > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+std::string where_of(const TensorCheck& t) {
+  if (!t.worst) return "";
+  const Location& w = *t.worst;
+  std::string o = "g=" + std::to_string(w.g);
+  if (w.head >= 0) o += " head=" + std::to_string(w.head);
+  if (w.dim >= 0) o += " dim=" + std::to_string(w.dim);
+  return o;
+}
+
+std::string random_case_name(const Case& c) {
+  Case bare = c;
+  bare.note.clear();  // the note says where the case came from, not what it is
+  char b[16];
+  std::snprintf(b, sizeof b, "%08llx", static_cast<unsigned long long>(fnv1a(to_json(bare).dump()) & 0xffffffffull));
+  return describe(c) + " #" + b;
+}
+
+std::string backend_kind(const std::string& backend) { return backend.substr(0, backend.find(':')); }
 
 json check_json(const TensorCheck& t) {
   json j = {{"stage", name(t.stage)},
@@ -157,7 +228,7 @@ json record_json(const CaseRecord& r) {
   json j = {{"index", r.index},
             {"origin", text::safe(r.origin, 4000)},
             {"description", describe(r.c)},
-            {"case", to_json(r.c)},
+            {"case", case_json(r.c)},
             {"verdict", name(v.verdict)},
             {"bucket", v.bucket.empty() ? json(nullptr) : json(v.bucket)},
             {"message", text::safe(v.message, 16000)},  // a backend's words: valid UTF-8, capped
@@ -170,13 +241,67 @@ json record_json(const CaseRecord& r) {
   j["failure"] = v.failed() ? json{{"stage", v.stage_name()}, {"tensor", v.tensor}, {"class", name(v.failure)}} : json(nullptr);
   if (r.shrunk) {
     const ShrinkRecord& s = *r.shrunk;
-    j["shrunk"] = {{"case", to_json(s.shrunk)}, {"description", describe(s.shrunk)}, {"bucket", s.bucket},
+    j["shrunk"] = {{"case", case_json(s.shrunk)}, {"description", describe(s.shrunk)}, {"bucket", s.bucket},
                    {"file", s.file},            {"runs", s.runs},                    {"seconds", s.seconds},
                    {"tp", s.tp}};
   } else {
     j["shrunk"] = nullptr;
   }
   return j;
+}
+
+json compact_record_json(const CaseRecord& r) {
+  // The case without its note and without the fields at their defaults (case_from_json fills them in).
+  json c = case_json(r.c);
+  c.erase("note");
+  static const json defaults = to_json(Case{});
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "schema" || k == "seed" || k == "seqlens" || k == "softmax_scale" || k == "path" ||
+        !c.contains(k))
+      continue;
+    if (c[k] == *it) c.erase(k);
+    else if (it->is_object())
+      for (auto f = it->begin(); f != it->end(); ++f)
+        if (c[k].contains(f.key()) && c[k][f.key()] == *f) c[k].erase(f.key());
+  }
+  json margins = json::object();
+  for (auto& t : r.v.checks)
+    if (t.status != CheckStatus::not_checked) margins[t.tensor] = rounded(margin_of(t), 3);
+  return {{"index", r.index},
+          {"origin", text::safe(r.origin, 300)},
+          {"description", describe(r.c)},
+          {"verdict", name(r.v.verdict)},
+          {"compact", true},
+          {"case", c},
+          {"timings", {{"backend_s", rounded(r.v.backend_s, 3)}, {"oracle_s", rounded(r.v.oracle_s, 3)},
+                       {"compare_s", rounded(r.v.compare_s, 3)}}},
+          {"margins", margins}};
+}
+
+json report_record_json(const CaseRecord& r) {
+  return r.v.verdict == Verdict::pass && !r.unfinished ? compact_record_json(r) : record_json(r);
+}
+
+void WorstPassing::add(const CaseRecord& r) {
+  if (n_ <= 0 || r.v.verdict != Verdict::pass) return;
+  const double m = record_margin(r.v);
+  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first; };  // min-heap on margin
+  if (static_cast<int64_t>(heap_.size()) >= n_) {
+    if (!(m > heap_.front().first)) return;
+    std::pop_heap(heap_.begin(), heap_.end(), cmp);
+    heap_.pop_back();
+  }
+  heap_.emplace_back(m, record_json(r).dump(-1, ' ', false, json::error_handler_t::replace));
+  std::push_heap(heap_.begin(), heap_.end(), cmp);
+}
+
+json WorstPassing::sorted() const {
+  auto v = heap_;
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  json a = json::array();
+  for (auto& [m, text] : v) a.push_back(json::parse(text));
+  return a;
 }
 
 void RunTally::add(const CaseRecord& r) {
@@ -194,6 +319,22 @@ void RunTally::add(const CaseRecord& r) {
   not_checked_tensors += unchecked;
   not_checked_cases += unchecked > 0;
   case_seconds += r.v.backend_s + r.v.oracle_s + r.v.compare_s;
+  for (auto& t : r.v.checks) {
+    if (t.status == CheckStatus::not_checked) continue;
+    auto m = std::find_if(margins.begin(), margins.end(),
+                          [&](auto& e) { return e.tensor == t.tensor && e.stage == name(t.stage); });
+    if (m == margins.end()) {
+      margins.push_back(Margin{name(t.stage), t.tensor, "", "", -1, -1});
+      m = margins.end() - 1;
+    }
+    const double x = margin_of(t);
+    if (m->case_index < 0 || x > m->worst) {
+      m->worst = x;
+      m->case_index = r.index;
+      m->description = describe(r.c);
+      m->where = where_of(t);
+    }
+  }
   if (!r.v.failed()) return;
   auto it = std::find_if(index_.begin(), index_.end(), [&](auto& e) { return e.first == r.v.bucket; });
   if (it == index_.end()) {
@@ -202,6 +343,7 @@ void RunTally::add(const CaseRecord& r) {
     b.bucket = r.v.bucket;
     b.first_case = r.index;
     b.repro = r.repro;
+    b.repro_here = r.repro_here.empty() ? r.repro : r.repro_here;
     b.stage = r.v.stage_name();
     b.tensor = r.v.tensor;
     b.failure_class = name(r.v.failure);
@@ -210,7 +352,13 @@ void RunTally::add(const CaseRecord& r) {
   }
   Bucket& b = buckets[it->second];
   ++b.count;
-  if (r.shrunk && b.shrunk_file.empty()) b.shrunk_file = r.shrunk->file;
+  const std::vector<std::string> tags = feature_tags(r.c);
+  if (tags.empty()) ++b.tags["plain"];
+  for (auto& tag : tags) ++b.tags[tag];
+  if (r.shrunk && b.shrunk_file.empty()) {
+    b.shrunk_file = r.shrunk->file;
+    b.shrunk_here = r.shrunk->file_here.empty() ? r.shrunk->file : r.shrunk->file_here;
+  }
 }
 
 RunTally RunTally::of(const std::vector<CaseRecord>& records) {
@@ -227,7 +375,7 @@ json context_json(const RunContext& ctx) {
   context["backend"] = ctx.backend;
   context["oracle"] = ctx.oracle;
   context["profile"] = ctx.profile;
-  context["master_seed"] = ctx.master_seed;
+  context["master_seed"] = std::to_string(ctx.master_seed);
   context["paths"] = paths_json(ctx.paths);
   context["not_selected"] = ctx.not_selected;
   context["started"] = ctx.started;
@@ -246,7 +394,16 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
                            {"stage", b.stage},
                            {"tensor", b.tensor},
                            {"class", b.failure_class},
-                           {"shrunk_file", b.shrunk_file.empty() ? json(nullptr) : json(b.shrunk_file)}});
+                           {"shrunk_file", b.shrunk_file.empty() ? json(nullptr) : json(b.shrunk_file)},
+                           {"tags", b.tags}});
+  json margins = json::array();
+  for (auto& m : t.margins)
+    margins.push_back({{"tensor", m.tensor},
+                       {"stage", m.stage},
+                       {"worst_margin", num(m.worst)},
+                       {"case", m.case_index},
+                       {"description", m.description},
+                       {"where", m.where}});
   return {{"cases", t.cases},
           {"passed", t.passed},
           {"failed", t.failed},
@@ -256,16 +413,23 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
           {"not_checked_tensors", t.not_checked_tensors},
           {"not_checked_cases", t.not_checked_cases},
           {"exit_code", ctx.exit_code},
+          {"maxfail_reached", ctx.maxfail_reached},
           {"buckets", bucket_list},
+          {"margins", margins},
           {"coverage", to_json(t.coverage)}};
 }
 
 json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {
   json cases = json::array();
-  for (auto& r : records) cases.push_back(record_json(r));
+  WorstPassing worst(ctx.keep_worst);
+  for (auto& r : records) {
+    cases.push_back(report_record_json(r));
+    worst.add(r);
+  }
   return {{"schema", kReportSchema},
           {"context", context_json(ctx)},
           {"cases", cases},
+          {"worst_passing", worst.sorted()},
           {"summary", summary_json(ctx, RunTally::of(records))}};
 }
 
@@ -319,8 +483,9 @@ const char* kJunitClose = "  </testsuite>\n</testsuites>\n";
 std::string junit_case_xml(const RunContext& ctx, const CaseRecord& r) {
   std::ostringstream o;
   const CaseVerdict& v = r.v;
-  o << "    <testcase classname=\"dsa-parity." << xml_escape(ctx.backend) << "\" name=\"" << r.index << " "
-    << xml_escape(describe(r.c)) << "\" time=\"" << (v.backend_s + v.oracle_s + v.compare_s) << "\"";
+  const std::string case_name = r.name.empty() ? random_case_name(r.c) : r.name;
+  o << "    <testcase classname=\"dsa-parity." << xml_escape(backend_kind(ctx.backend)) << "\" name=\""
+    << xml_escape(case_name) << "\" time=\"" << (v.backend_s + v.oracle_s + v.compare_s) << "\"";
   if (v.verdict == Verdict::pass) {
     o << "/>\n";
     return o.str();
@@ -328,7 +493,7 @@ std::string junit_case_xml(const RunContext& ctx, const CaseRecord& r) {
   o << ">\n";
   if (v.failed())
     o << "      <failure type=\"" << xml_escape(name(v.failure)) << "\" message=\"" << xml_escape(v.bucket) << "\">"
-      << xml_escape(v.message + "\nrepro: " + r.repro) << "</failure>\n";
+      << xml_escape(v.message + "\nrepro: " + (r.repro_here.empty() ? r.repro : r.repro_here)) << "</failure>\n";
   else
     o << "      <skipped message=\"" << xml_escape(std::string(name(v.verdict)) + ": " + v.message) << "\"/>\n";
   o << "    </testcase>\n";
@@ -359,8 +524,11 @@ std::string summary_table(const RunTally& t, double seconds, bool interrupted) {
     for (auto* b : sorted) {
       std::snprintf(line, sizeof line, "  %5lld  %5lld\n", (long long)b->count, (long long)b->first_case);
       o << b->bucket << std::string(w - b->bucket.size(), ' ') << line;
-      o << "    repro: " << b->repro << "\n";
-      if (!b->shrunk_file.empty()) o << "    shrunk: " << b->shrunk_file << "\n";
+      o << "    repro: " << (b->repro_here.empty() ? b->repro : b->repro_here) << "\n";
+      if (!b->shrunk_file.empty()) o << "    shrunk: " << (b->shrunk_here.empty() ? b->shrunk_file : b->shrunk_here) << "\n";
+      std::string tags;
+      for (auto& [tag, n] : b->tags) tags += (tags.empty() ? "" : " ") + tag + ":" + std::to_string(n);
+      if (!tags.empty()) o << "    tags: " << tags << "\n";
     }
   }
   char tail[400];
@@ -416,6 +584,72 @@ std::string shell_quote(const std::string& s) {
 
 std::string repro_command(const std::string& case_file, const std::string& backend) {
   return "dsa-parity repro " + shell_quote(case_file) + " --backend " + shell_quote(backend);
+}
+
+std::string repro_line(const ReproSpec& spec, const std::string& case_file) {
+  std::string o;
+  for (auto& [k, v] : spec.env) o += k + "=" + shell_quote(v) + " ";
+  o += shell_quote(spec.binary) + " repro " + shell_quote(case_file);
+  for (auto& opt : spec.options) o += " " + shell_quote(opt);
+  return o;
+}
+
+std::vector<std::pair<std::string, std::string>> repro_environment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind("DSA_", 0) != 0 || eq == std::string::npos) continue;
+    const std::string k = kv.substr(0, eq);
+    if (k == "DSA_GIT_SHA") continue;  // names the build, changes no verdict
+    env.emplace_back(k, kv.substr(eq + 1));
+  }
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+namespace {
+std::string& invoked() {
+  static std::string b = "dsa-parity";
+  return b;
+}
+}  // namespace
+
+void set_invoked_binary(const std::string& argv0) {
+  if (argv0.empty()) return;
+  std::error_code ec;
+  invoked() = argv0.find('/') == std::string::npos ? argv0
+                                                   : std::filesystem::absolute(argv0, ec).lexically_normal().string();
+  if (ec) invoked() = argv0;
+}
+
+const std::string& invoked_binary() { return invoked(); }
+
+std::string relative_to(const std::string& path, const std::string& folder) {
+  namespace fs = std::filesystem;
+  if (folder.empty() || path.empty()) return path;
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec).lexically_normal();
+  const fs::path base = fs::absolute(folder, ec).lexically_normal();
+  const fs::path rel = abs.lexically_relative(base);
+  return rel.empty() ? path : rel.generic_string();
+}
+
+std::string margin_table(const RunTally& t) {
+  if (t.margins.empty()) return "";
+  size_t w = 6;
+  for (auto& m : t.margins) w = std::max(w, m.tensor.size());
+  std::ostringstream o;
+  char line[512];
+  o << "\nworst margin e_f/(alpha*e_l+floor) per tensor (<= 1 passes):\n";
+  std::snprintf(line, sizeof line, "  %-18s %-*s %10s %6s  %s\n", "stage", (int)w, "tensor", "margin", "case", "where");
+  o << line;
+  for (auto& m : t.margins) {
+    std::snprintf(line, sizeof line, "  %-18s %-*s %10.3g %6lld  %s\n", m.stage.c_str(), (int)w, m.tensor.c_str(),
+                  m.worst, (long long)m.case_index, m.where.c_str());
+    o << line;
+  }
+  return o.str();
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
@@ -520,7 +754,7 @@ std::string dump(const json& j, int indent) {
 }  // namespace
 
 ReportStream::ReportStream(const std::string& path, const RunContext& ctx, bool indent)
-    : file_(path, "--report"), indent_(indent ? 1 : -1) {
+    : file_(path, "--report"), indent_(indent ? 1 : -1), worst_(ctx.keep_worst) {
   json context = context_json(ctx);
   context["seconds"] = kSecondsMark;
   context["interrupted"] = kInterruptedMark;
@@ -536,12 +770,14 @@ ReportStream::ReportStream(const std::string& path, const RunContext& ctx, bool 
 }
 
 void ReportStream::add(const CaseRecord& r) {
-  file_.write((first_ ? "\n" : ",\n") + dump(record_json(r), indent_));
+  file_.write((first_ ? "\n" : ",\n") + dump(report_record_json(r), indent_));
   first_ = false;
+  worst_.add(r);
 }
 
 void ReportStream::finish(const RunContext& ctx, const RunTally& t) {
-  file_.write("\n],\n\"summary\": " + dump(summary_json(ctx, t), indent_) + "}\n");
+  file_.write("\n],\n\"worst_passing\": " + dump(worst_.sorted(), indent_) + ",\n\"summary\": " +
+              dump(summary_json(ctx, t), indent_) + "}\n");
   file_.patch(seconds_at_, padded(seconds_text(ctx.seconds), kSecondsSlot));
   file_.patch(interrupted_at_, padded(ctx.interrupted ? "true" : "false", kInterruptedSlot));
   file_.finish();
@@ -570,19 +806,34 @@ void JunitStream::finish(const RunContext& ctx, const RunTally& t) {
   file_.finish();
 }
 
-Progress::Progress(bool enabled, std::optional<int64_t> total, std::optional<double> budget_s)
-    : enabled_(enabled && isatty(2)), total_(total), budget_(budget_s), start_(std::chrono::steady_clock::now()) {}
+Progress::Progress(bool enabled, std::optional<int64_t> total, std::optional<double> budget_s, double every_s)
+    : enabled_(enabled), tty_(isatty(2) != 0), every_(every_s), total_(total), budget_(budget_s),
+      start_(std::chrono::steady_clock::now()) {
+  if (!tty_ && every_ <= 0) enabled_ = false;
+}
 
-void Progress::update(int64_t done, int64_t failures) {
+void Progress::update(int64_t done, int64_t failures, int64_t passed) {
   if (!enabled_) return;
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (drawn_ && t - last_ < 0.2 && !(total_ && done >= *total_)) return;  // at most 5 redraws a second
-  last_ = t;
   const double rate = t > 0 ? done / t : 0;
   double eta = -1;
   if (total_ && rate > 0) eta = (*total_ - done) / rate;
   if (budget_) eta = std::max(0.0, *budget_ - t);
-  char line[160];
+  char line[200];
+  if (!tty_) {  // a log: one line every every_ seconds
+    if (t - last_ < every_) return;
+    last_ = t;
+    std::string of = total_ ? "/" + std::to_string(*total_) : "";
+    std::string eta_text = eta >= 0 ? ", ETA " + std::to_string(static_cast<long long>(std::lround(eta))) + " s" : "";
+    std::snprintf(line, sizeof line, "progress: %lld%s cases, %lld passed, %lld failed, %.1f cases/s%s\n",
+                  (long long)done, of.c_str(), (long long)(passed >= 0 ? passed : done - failures), (long long)failures, rate,
+                  eta_text.c_str());
+    std::fputs(line, stderr);
+    std::fflush(stderr);
+    return;
+  }
+  if (drawn_ && t - last_ < 0.2 && !(total_ && done >= *total_)) return;  // at most 5 redraws a second
+  last_ = t;
   std::string of = total_ ? "/" + std::to_string(*total_) : "";
   if (eta >= 0)
     std::snprintf(line, sizeof line, "\r[%lld%s] %lld failures  %.1f cases/s  ETA %.0f s   ", (long long)done,
@@ -596,7 +847,7 @@ void Progress::update(int64_t done, int64_t failures) {
 }
 
 void Progress::finish() {
-  if (enabled_ && drawn_) std::fputs("\n", stderr);
+  if (enabled_ && tty_ && drawn_) std::fputs("\n", stderr);
   drawn_ = false;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,8 @@ inline constexpr const char* kReportSchema = "dsa-parity/report/v1";
 struct ShrinkRecord {
   Case shrunk;
   std::string bucket;   // the bucket of the shrunk case (its feature tags may differ)
-  std::string file;     // where the shrunk case was written
+  std::string file;     // where the shrunk case was written (in reports: relative to the report's folder)
+  std::string file_here;  // the same, as a path that works from here (absolute): terminal lines
   int64_t runs = 0;     // backend runs spent
   double seconds = 0;
   int64_t tp = 0;       // padded rows of the shrunk case
@@ -31,11 +33,16 @@ struct ShrinkRecord {
 
 struct CaseRecord {
   int64_t index = 0;
-  std::string origin;     // the corpus file it came from, or "random"
+  std::string origin;     // the corpus file it came from, or "random" (reports: relative to the report's folder)
+  std::string name;       // stable JUnit name: the corpus file's relative path, or "dsa(...) #<hash of the case>"
   Case c;
   CaseVerdict v;
-  std::string case_file;  // a file holding the case (the corpus file, or one written for the failure)
-  std::string repro;      // the one-line repro command, for every failure
+  std::string case_file;  // a file holding the case (the corpus file, or one written for the failure);
+                          // in reports relative to the report's folder
+  std::string repro;      // the one-line repro command of every failure, as stored in the report (case
+                          // path relative to the report's folder, binary `dsa-parity`)
+  std::string repro_here; // the same line as it runs here: the binary as invoked, the case path
+                          // absolute (terminal, JUnit); "" = repro
   std::optional<ShrinkRecord> shrunk;
   bool unfinished = false;  // stopped at the session's hard time limit (verdict not-run)
 };
@@ -45,21 +52,59 @@ struct RunContext {
   std::vector<std::string> arguments; // the command line after the binary
   std::string backend, profile;
   std::string oracle = "cpu";         // the oracle that computed the exact and lowp sides
-  uint64_t master_seed = 0;
+  uint64_t master_seed = 0;           // written as a string (JSON numbers lose bits above 2^53)
   std::vector<Path> paths;            // the MLA paths random cases were drawn from; empty: none drawn
   std::vector<std::string> not_selected;  // fuzz: corpus files of other paths, not run
   std::string started;                // UTC, ISO 8601
   double seconds = 0;
   int exit_code = 0;
   bool interrupted = false;           // stopped by SIGINT/SIGTERM: the report holds the cases done
+  int64_t maxfail = 0;                // --maxfail N (0 = none)
+  bool maxfail_reached = false;       // the run stopped after --maxfail failing cases
+  int64_t keep_worst = 10;            // full records kept for the worst passing cases by margin
 };
+
+// The worst margin e_f / (alpha * e_l + floor) of a checked tensor (<= 1 passes a mismatch check);
+// +inf when the denominator is 0 and e_f > 0.
+double margin_of(const TensorCheck& t);
+// "g=12 head=3 dim=7" (the worst element), "" when not located.
+std::string where_of(const TensorCheck& t);
+
+// Stable JUnit names and classnames (harness/report.cpp).
+std::string random_case_name(const Case& c);       // describe(c) + " #" + 8 hex of the case JSON's hash
+std::string backend_kind(const std::string& backend);  // "exec:python3 k.py" -> "exec"
+
+// What repro lines carry besides the case file: the binary as invoked, the options that change the
+// verdict, the DSA_* environment (README "Runs, reports, repro lines").
+struct ReproSpec {
+  std::string binary = "dsa-parity";                       // argv[0], absolute when it holds a '/'
+  std::vector<std::string> options;                        // "--backend", "lowp", "--oracle", "gpu", ...
+  std::vector<std::pair<std::string, std::string>> env;    // DSA_* variables set here
+};
+// "VAR=value ... BINARY repro CASE OPTIONS", quoted for a POSIX shell.
+std::string repro_line(const ReproSpec& s, const std::string& case_file);
+// The DSA_* variables of the environment that matter to a case (all but DSA_GIT_SHA), sorted.
+std::vector<std::pair<std::string, std::string>> repro_environment();
+// argv[0] of the process (main sets it): made absolute when it holds a '/'.
+void set_invoked_binary(const std::string& argv0);
+const std::string& invoked_binary();
+// path relative to folder ("" folder: path as is); generic separators.
+std::string relative_to(const std::string& path, const std::string& folder);
 
 // What the summary, the bucket table and JUnit's counts need, without the cases themselves: a
 // long run keeps counts and one row per bucket in memory, never its case records.
 struct RunTally {
   struct Bucket {
     std::string bucket, repro, stage, tensor, failure_class, shrunk_file;
+    std::string repro_here, shrunk_here;    // the terminal's forms (see CaseRecord)
     int64_t count = 0, first_case = 0;
+    std::map<std::string, int64_t> tags;    // feature tag -> cases of the bucket with it ("plain": none)
+  };
+  // The worst margin of each checked tensor over the run, and where.
+  struct Margin {
+    std::string stage, tensor, description, where;
+    double worst = -1;
+    int64_t case_index = -1;
   };
   int64_t cases = 0, passed = 0, failed = 0, not_run = 0, cannot_run = 0;
   int64_t unfinished = 0;           // stopped at the hard time limit (counted in not_run)
@@ -68,6 +113,7 @@ struct RunTally {
   double case_seconds = 0;          // backend + oracle + compare, over every case
   std::vector<Bucket> buckets;      // in order of first appearance
   Coverage coverage;                // what the cases reach (harness/coverage.hpp)
+  std::vector<Margin> margins;      // in order of first appearance (few tensors: linear)
 
   void add(const CaseRecord& r);
   static RunTally of(const std::vector<CaseRecord>& records);
@@ -82,6 +128,11 @@ std::string utc_now();
 
 nlohmann::json check_json(const TensorCheck& t);
 nlohmann::json record_json(const CaseRecord& r);
+// The compact record of a passing case (<= 1 KB): index, origin, description, verdict, the case
+// without its note, timings and each tensor's margin.
+nlohmann::json compact_record_json(const CaseRecord& r);
+// The record a report's "cases" holds: compact for a passing case, full otherwise.
+nlohmann::json report_record_json(const CaseRecord& r);
 nlohmann::json context_json(const RunContext& ctx);
 nlohmann::json summary_json(const RunContext& ctx, const RunTally& t);
 // The whole report / JUnit of records at once (what the streams below write case by case).
@@ -93,6 +144,22 @@ std::string junit_case_xml(const RunContext& ctx, const CaseRecord& r);
 // the run was interrupted, when so.
 std::string summary_table(const RunTally& t, double seconds, bool interrupted = false);
 std::string summary_table(const std::vector<CaseRecord>& records, double seconds);
+// The per-tensor margin table printed at the end of a run.
+std::string margin_table(const RunTally& t);
+// A static, self-contained XHTML page: the margins as inline SVG bars and the bucket table.
+std::string html_summary(const RunContext& ctx, const RunTally& t);
+
+// The worst N passing cases by margin, kept as their full records in a bounded heap (streaming:
+// memory is N records, whatever the run's length).
+class WorstPassing {
+ public:
+  explicit WorstPassing(int64_t n) : n_(n) {}
+  void add(const CaseRecord& r);
+  nlohmann::json sorted() const;  // worst first
+ private:
+  int64_t n_;
+  std::vector<std::pair<double, std::string>> heap_;  // (margin, dumped full record), min-heap on margin
+};
 
 // Refuses a --report / --junit path (InvalidInput naming flag) that is a directory or cannot be
 // written, before any case runs; creates its parent folders.
@@ -135,6 +202,7 @@ class ReportStream {
   int indent_;
   int64_t seconds_at_ = -1, interrupted_at_ = -1;
   bool first_ = true;
+  WorstPassing worst_;
 };
 
 // JUnit XML, streamed the same way: the counts of <testsuites> and <testsuite> and the suite's
@@ -160,16 +228,18 @@ std::string shell_quote(const std::string& s);
 
 void write_text_file(const std::string& path, const std::string& text);  // creates parent folders
 
-// Progress on stderr when it is a TTY: cases done, failures, rate and ETA (from the case count or
-// the time budget, whichever is given).
+// Progress on stderr: on a TTY one redrawn line (cases done, failures, rate, ETA from the case count
+// or the time budget, whichever is given); off a TTY one line every every_s seconds (0 = none):
+// "progress: 120 cases, 118 passed, 2 failed, 3.1 cases/s, ETA 40 s".
 class Progress {
  public:
-  Progress(bool enabled, std::optional<int64_t> total, std::optional<double> budget_s);
-  void update(int64_t done, int64_t failures);
+  Progress(bool enabled, std::optional<int64_t> total, std::optional<double> budget_s, double every_s = 0);
+  void update(int64_t done, int64_t failures, int64_t passed = -1);
   void finish();
 
  private:
-  bool enabled_;
+  bool enabled_, tty_ = false;
+  double every_ = 0;
   std::optional<int64_t> total_;
   std::optional<double> budget_;
   std::chrono::steady_clock::time_point start_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -49,7 +50,7 @@ std::vector<CaseRecord> sample_records() {
   rs[1].v.stage = Stage::attention;
   rs[1].v.tensor = "lse";
   rs[1].v.failure = Failure::mismatch;
-  rs[1].v.bucket = make_bucket("lowp", "attention", "lse", Failure::mismatch, feature_tags(rs[1].c));
+  rs[1].v.bucket = make_bucket("lowp", "attention", "lse", Failure::mismatch);
   rs[1].v.message = "lse: <worse> & \"quoted\"";
   rs[1].case_file = "out/case 1.json";
   rs[1].repro = repro_command(rs[1].case_file, "lowp");
@@ -93,8 +94,15 @@ TEST(Report, JsonMatchesTheSchema) {
   EXPECT_EQ(r["summary"]["buckets"][0]["shrunk_file"], "out/shrunk.json");
   EXPECT_TRUE(r["cases"][1]["tensors"][0]["ratio"].is_null());  // infinite ratio
   EXPECT_EQ(r["cases"][1]["tensors"][0]["worst"]["g"], 17);
-  EXPECT_TRUE(r["cases"][0]["tensors"][0]["worst"].is_null());  // located only when failing
-  EXPECT_EQ(r["cases"][0]["not_checked"], json::array({"dq_I"}));
+  // The passing case is compact in cases, in full among the worst passing cases.
+  EXPECT_EQ(r["cases"][0]["compact"], true);
+  EXPECT_FALSE(r["cases"][0].contains("tensors"));
+  ASSERT_EQ(r["worst_passing"].size(), 1u);
+  EXPECT_TRUE(r["worst_passing"][0]["tensors"][0]["worst"].is_null());  // located only when failing
+  EXPECT_EQ(r["worst_passing"][0]["not_checked"], json::array({"dq_I"}));
+  // Bucket without tags; the tags counted inside it.
+  EXPECT_EQ(r["summary"]["buckets"][0]["bucket"], "lowp/attention/lse/mismatch");
+  EXPECT_EQ(r["summary"]["buckets"][0]["tags"], (json{{"cp", 2}, {"pad", 2}, {"ties", 2}, {"short-rows", 2}}));
   // The embedded case reproduces the case.
   EXPECT_EQ(case_from_json(r["cases"][1]["case"]).problem.seqlens, (std::vector<int64_t>{5, 11}));
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
@@ -107,8 +115,14 @@ TEST(Report, SchemaValidatorRejectsABrokenReport) {
   json r = report_json(ctx, sample_records());
   const json s = load_report_schema();
   json bad = r;
-  bad["cases"][0]["verdict"] = "ok";
-  EXPECT_EQ(schema_violation(bad, s), "$.cases[0].verdict: Failed to match against any enum values.");
+  bad["cases"][1]["verdict"] = "ok";
+  EXPECT_NE(schema_violation(bad, s), "");
+  bad = r;
+  bad["context"]["master_seed"] = 1;  // seeds are strings
+  EXPECT_NE(schema_violation(bad, s), "");
+  bad = r;
+  bad["summary"]["buckets"][0]["bucket"] = "lowp/attention/lse";  // not backend/stage/tensor/class
+  EXPECT_NE(schema_violation(bad, s), "");
   bad = r;
   bad["summary"].erase("buckets");
   EXPECT_EQ(schema_violation(bad, s), "$.summary: Missing required property 'buckets'.");
@@ -138,7 +152,9 @@ TEST(Report, JunitListsEveryCaseAndEscapes) {
 
 TEST(Report, SummaryTableGroupsByBucket) {
   const std::string t = summary_table(sample_records(), 1.5);
-  EXPECT_NE(t.find("lowp/attention/lse/mismatch/cp+pad+ties"), std::string::npos);
+  EXPECT_NE(t.find("lowp/attention/lse/mismatch "), std::string::npos);
+  EXPECT_EQ(t.find("mismatch/cp"), std::string::npos);
+  EXPECT_NE(t.find("tags: cp:2 pad:2 short-rows:2 ties:2"), std::string::npos) << t;
   EXPECT_NE(t.find("4 cases: 1 passed, 2 failed, 1 not run, 0 cannot run"), std::string::npos);
   EXPECT_NE(t.find("repro: dsa-parity repro 'out/case 1.json' --backend lowp"), std::string::npos);
 }
@@ -157,11 +173,11 @@ TEST(Bucket, TagsAndStableFileNames) {
   c.problem.seqlens = {8, 8};
   c.init.score_ties = false;
   EXPECT_EQ(feature_tags(c), (std::vector<std::string>{"cp", "contiguous"}));  // Tp = 16: no pad
-  const std::string b = make_bucket("exec:./k --x", "loss", "kl", Failure::mismatch, {});
-  EXPECT_EQ(b, "exec:./k --x/loss/kl/mismatch/plain");
-  EXPECT_EQ(bucket_file_stem(b), "exec_..k_--x.loss.kl.mismatch.plain");
-  const std::string long_a = make_bucket(std::string(200, 'a') + "1", "loss", "kl", Failure::mismatch, {});
-  const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", Failure::mismatch, {});
+  const std::string b = make_bucket("exec:./k --x", "loss", "kl", Failure::mismatch);
+  EXPECT_EQ(b, "exec:./k --x/loss/kl/mismatch");
+  EXPECT_EQ(bucket_file_stem(b), "exec_..k_--x.loss.kl.mismatch");
+  const std::string long_a = make_bucket(std::string(200, 'a') + "1", "loss", "kl", Failure::mismatch);
+  const std::string long_b = make_bucket(std::string(200, 'a') + "2", "loss", "kl", Failure::mismatch);
   EXPECT_LE(bucket_file_stem(long_a).size(), 120u);
   EXPECT_NE(bucket_file_stem(long_a), bucket_file_stem(long_b));
 }
@@ -287,7 +303,11 @@ TEST(Session, AbsorbedOnlyBackendDrawsNoExplicitCaseAndSaysSo) {
   const std::string out2 = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(out2.find("corpus case not selected (its path is not among absorbed): " + expl), std::string::npos) << out2;
   const json again = read_report(o.report);
-  EXPECT_EQ(again["context"]["not_selected"], json::array({expl}));
+  // Paths in reports are relative to the report's folder.
+  const std::string rel = std::filesystem::path(expl).lexically_relative(
+      std::filesystem::absolute(o.report).parent_path().lexically_normal()).generic_string();
+  EXPECT_EQ(again["context"]["not_selected"], json::array({rel}));
+  EXPECT_NE(rel[0], '/');
   EXPECT_EQ(again["cases"].size(), 3u);
   EXPECT_EQ(again["summary"]["cannot_run"], 0);
   DSA_EXPECT_MATCHES_SCHEMA(again, "report.schema.json");
@@ -389,6 +409,147 @@ TEST(ReportStream, OutputPathThatIsADirectoryIsRefusedNamingTheFlag) {
     EXPECT_NE(e.rule.find("is a directory"), std::string::npos) << e.rule;
   }
   EXPECT_THROW(ReportStream("/proc/version/r.json", RunContext{}, false), InvalidInput);
+}
+
+TEST(Report, SeedsAreStringsAndCaseFilesTakeBoth) {
+  RunContext ctx;
+  ctx.master_seed = (uint64_t{1} << 63) + 5;  // not exact as a double
+  std::vector<CaseRecord> rs = sample_records();
+  rs[1].c.seed = ctx.master_seed;
+  const json r = report_json(ctx, rs);
+  EXPECT_EQ(r["context"]["master_seed"], "9223372036854775813");
+  EXPECT_EQ(r["cases"][1]["case"]["seed"], "9223372036854775813");
+  EXPECT_EQ(r["cases"][0]["case"]["seed"], "3");  // compact records too
+  EXPECT_EQ(case_from_json(r["cases"][1]["case"]).seed, ctx.master_seed);
+  json c = to_json(small_case());
+  EXPECT_EQ(case_from_json(c).seed, 3u);  // numbers still accepted
+  for (const char* bad : {"-1", "", "12a", "18446744073709551616"}) {
+    c["seed"] = bad;
+    EXPECT_THROW(case_from_json(c), InvalidInput) << bad;
+  }
+}
+
+TEST(Report, PassingRecordsAreCompactAndTheWorstAreKeptInFull) {
+  const StreamLayout L = make_layout({5, 11}, CpSpec{2, Layout::zigzag, 0});
+  TensorD exact({20, 2}, 1.0), lowp = exact;
+  lowp.at(3, 1) = 1.1;
+  RunContext ctx;
+  ctx.command = "fuzz";
+  ctx.keep_worst = 3;
+  std::vector<CaseRecord> rs;
+  for (int i = 0; i < 12; ++i) {
+    CaseRecord r;
+    r.index = i;
+    r.origin = "random smoke seed 1 #" + std::to_string(i);
+    r.c = small_case();
+    r.c.note = std::string(2000, 'n');  // dropped from compact records
+    TensorD fused = exact;
+    fused.at(3, 1) = 1.0 + 0.01 * ((i * 7) % 12);  // margins 0 .. 0.55, the worst at i = 11 (0.55)
+    for (const char* n : {"lse", "O", "O_lat", "dq_nope", "dq_pe", "dk_pe", "dc", "dW_UK", "dW_UV", "kl", "loss",
+                          "dq_I", "dk_I", "dw", "scores", "topk"})
+      r.v.checks.push_back(compare_tensor(n, fused, lowp, exact, L));
+    rs.push_back(r);
+  }
+  for (auto& r : rs) {
+    const std::string compact = compact_record_json(r).dump();
+    EXPECT_LE(compact.size(), 1024u) << compact;
+    EXPECT_EQ(compact.find("nnnn"), std::string::npos);
+    // The compact case, defaults left out, is still the case.
+    EXPECT_EQ(to_json(case_from_json(compact_record_json(r)["case"])), [&] {
+      json full = to_json(r.c);
+      full.erase("note");
+      return full;
+    }());
+  }
+  const json rep = report_json(ctx, rs);
+  ASSERT_EQ(rep["worst_passing"].size(), 3u);
+  std::vector<int64_t> worst;
+  for (auto& w : rep["worst_passing"]) worst.push_back(w["index"].get<int64_t>());
+  // (i*7)%12 is 11 at i=5, 10 at i=10, 9 at i=3.
+  EXPECT_EQ(worst, (std::vector<int64_t>{5, 10, 3}));
+  EXPECT_NEAR(rep["cases"][5]["margins"]["lse"].get<double>(), 0.11 / (2 * 0.1 + 1.1e-6), 0.01);
+  ASSERT_FALSE(rep["summary"]["margins"].empty());
+  EXPECT_EQ(rep["summary"]["margins"][0]["tensor"], "lse");
+  EXPECT_EQ(rep["summary"]["margins"][0]["case"], 5);
+  EXPECT_EQ(rep["summary"]["margins"][0]["where"].get<std::string>().rfind("g=3", 0), 0u);
+  RunTally t = RunTally::of(rs);
+  const std::string table = margin_table(t);
+  EXPECT_NE(table.find("lse"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.55"), std::string::npos) << table;
+  DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
+}
+
+TEST(Report, JunitNamesComeFromTheCaseNotTheIndex) {
+  RunContext ctx;
+  ctx.backend = "exec:python3 -m my.kernel --fast";
+  std::vector<CaseRecord> rs = sample_records();
+  CaseRecord moved = rs[1];
+  moved.index = 99;
+  moved.c.note = "another origin";
+  const std::string a = junit_case_xml(ctx, rs[1]), b = junit_case_xml(ctx, moved);
+  const auto name_of = [](const std::string& x) {
+    const size_t at = x.find(" name=\"") + 7;
+    return x.substr(at, x.find('"', at) - at);
+  };
+  EXPECT_EQ(name_of(a), name_of(b));  // the same case: the same name, whatever its index
+  EXPECT_EQ(name_of(a).rfind("dsa(seed=3 ", 0), 0u) << a;
+  EXPECT_NE(name_of(a).find(" #"), std::string::npos);
+  moved.c.seed = 4;
+  EXPECT_NE(name_of(junit_case_xml(ctx, moved)), name_of(a));
+  EXPECT_NE(a.find("classname=\"dsa-parity.exec\""), std::string::npos) << a;
+  EXPECT_EQ(a.find("python3"), std::string::npos) << a;
+  rs[3].name = "edge/x.json";
+  EXPECT_NE(junit_case_xml(ctx, rs[3]).find("name=\"edge/x.json\""), std::string::npos);
+}
+
+TEST(Report, ReproLinesCarryTheEnvironmentAndTheOptions) {
+  ReproSpec s;
+  s.binary = "/opt/my build/dsa-parity";
+  s.options = {"--backend", "exec:python3 k.py", "--exec-timeout", "5"};
+  s.env = {{"DSA_KEEP_EXEC_DIR", "1"}};
+  EXPECT_EQ(repro_line(s, "/tmp/c.json"),
+            "DSA_KEEP_EXEC_DIR=1 '/opt/my build/dsa-parity' repro /tmp/c.json --backend 'exec:python3 k.py' "
+            "--exec-timeout 5");
+  setenv("DSA_REPRO_TEST_VAR", "a b", 1);
+  setenv("DSA_GIT_SHA", "abc", 1);
+  const auto env = repro_environment();
+  unsetenv("DSA_REPRO_TEST_VAR");
+  unsetenv("DSA_GIT_SHA");
+  EXPECT_NE(std::find(env.begin(), env.end(), std::make_pair(std::string("DSA_REPRO_TEST_VAR"), std::string("a b"))),
+            env.end());
+  for (auto& [k, v] : env) EXPECT_NE(k, "DSA_GIT_SHA");
+  EXPECT_EQ(relative_to("/a/b/c/d.json", "/a/b"), "c/d.json");
+  EXPECT_EQ(relative_to("/a/x.json", "/a/b"), "../x.json");
+  set_invoked_binary("build/dsa-parity");
+  EXPECT_EQ(invoked_binary(), (std::filesystem::current_path() / "build/dsa-parity").string());
+  set_invoked_binary("dsa-parity");
+  EXPECT_EQ(invoked_binary(), "dsa-parity");
+}
+
+TEST(Report, ContextRecordsTheBuild) {
+  const json e = environment_json();
+  EXPECT_NE(e["git_sha"], "HEAD");
+  EXPECT_FALSE(e["git_sha"].get<std::string>().empty());
+  EXPECT_TRUE(e["git_dirty"].is_boolean());
+  EXPECT_NE(e["build_type"], "");
+  setenv("DSA_GIT_SHA", "0123abc-dirty", 1);
+  const json g = environment_json();
+  unsetenv("DSA_GIT_SHA");
+  EXPECT_EQ(g["git_sha"], "0123abc");
+  EXPECT_EQ(g["git_dirty"], true);
+}
+
+TEST(Report, HtmlSummaryNamesEveryTensorAndBucket) {
+  RunContext ctx;
+  ctx.backend = "lowp";
+  const RunTally t = RunTally::of(sample_records());
+  const std::string h = html_summary(ctx, t);
+  EXPECT_EQ(h.rfind("<?xml", 0), 0u);
+  EXPECT_NE(h.find("<svg"), std::string::npos);
+  EXPECT_NE(h.find("lowp/attention/lse/mismatch"), std::string::npos);
+  for (auto& m : t.margins) EXPECT_NE(h.find(">" + m.stage + " " + m.tensor + "<"), std::string::npos) << m.tensor;
+  for (const char* external : {"<script", "<link", "src=", "href=", "url("})  // no external asset, no script
+    EXPECT_EQ(h.find(external), std::string::npos) << external;
 }
 
 TEST(Session, RunIdNamesTimePidAndSeed) {

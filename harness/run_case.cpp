@@ -54,7 +54,6 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
 
 static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
   const PreparedCase pc = prepare_case(c);
-  const std::vector<std::string> tags = feature_tags(c);
 
   BackendRun run;
   const auto t0 = Clock::now();
@@ -74,7 +73,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
     v.tensor = "-";
     v.failure = timeout ? Failure::timeout : Failure::crash;
     v.message = msg;
-    v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure, tags);
+    v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
     v.backend_s = since(t0);
     return v;
   }
@@ -87,7 +86,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
   }
   CaseVerdict v = judge(pc, run.result, *oracle);
   v.backend_s = backend_s;
-  if (v.failed()) v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure, tags);
+  if (v.failed()) v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
   return v;
 }
 

@@ -230,7 +230,7 @@ ShrinkResult shrink_case(const Case& c, const CaseVerdict& v, Backend& b, const 
         r.verdict.tensor = key.tensor;
         r.verdict.failure = key.failure;
         r.verdict.message = ch.tensor + ": " + ch.detail;
-        r.verdict.bucket = make_bucket(b.name(), name(*key.stage), key.tensor, key.failure, feature_tags(r.shrunk));
+        r.verdict.bucket = make_bucket(b.name(), name(*key.stage), key.tensor, key.failure);
         break;
       }
   }

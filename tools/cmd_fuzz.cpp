@@ -1,4 +1,6 @@
 // dsa-parity fuzz: the corpus, then seeded random cases of a profile, through one backend.
+#include <filesystem>
+
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
 #include "tools/command.hpp"
@@ -55,6 +57,7 @@ Run setup(CLI::App& app) {
     if (corpus == "none") corpus.clear();
     if (!corpus.empty()) {
       o.case_files = corpus_files(corpus, "--corpus");
+      o.case_root = std::filesystem::is_directory(corpus) ? corpus : std::filesystem::path(corpus).parent_path().string();
       o.regressions_dir = corpus + "/regressions";
     }
     check_required_device(f->session);

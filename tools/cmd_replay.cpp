@@ -1,4 +1,6 @@
 // dsa-parity replay: every case file of a folder (edge/ first, then regressions/, then the rest).
+#include <filesystem>
+
 #include "harness/fuzz.hpp"
 #include "core/errors.hpp"
 #include "tools/command.hpp"
@@ -21,6 +23,7 @@ Run setup(CLI::App& app) {
     SessionOptions o = session_options(f->session, "replay");
     o.random = false;
     o.case_files = corpus_files(f->dir, "DIR");
+    o.case_root = std::filesystem::is_directory(f->dir) ? f->dir : std::filesystem::path(f->dir).parent_path().string();
     require(!o.case_files.empty(), "DIR", "'" + f->dir + "' holds no *.json case file");
     check_required_device(f->session);
     announce_backend(o);

@@ -170,7 +170,7 @@ TEST(HostileExec, EveryFailureModeEndsCleanly) {
       EXPECT_TRUE(check(c["verdict"] == "fail")) << c.dump();
       EXPECT_TRUE(check(c["failure"].is_object() && c["failure"]["class"] == it->second.failure)) << c["failure"].dump();
     }
-    const std::string message = c["message"].get<std::string>();
+    const std::string message = c.value("message", std::string());  // a passing case's compact record has none
     EXPECT_TRUE(check(text::valid_utf8(message)));
     EXPECT_TRUE(check(message.size() <= 16100)) << message.size();
     if (mode == "only_topk") {

@@ -274,7 +274,7 @@ TEST(Interrupt, TimeBudgetIsAHardLimitForACaseInFlight) {
 // The repro lines of a run's stdout: the case files they name.
 std::vector<std::string> repro_files(const std::string& out) {
   std::vector<std::string> files;
-  const std::string key = "repro: dsa-parity repro ";
+  const std::string key = std::string("repro: ") + DSA_PARITY_BIN + " repro ";  // the binary as invoked
   for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + 1)) {
     const size_t from = at + key.size();
     files.push_back(out.substr(from, out.find(" --backend", from) - from));
@@ -298,8 +298,9 @@ TEST(Interrupt, ConcurrentRunsWriteToTheirOwnFolders) {
     ASSERT_FALSE(files.empty()) << out;
     for (auto& f : files) {
       EXPECT_TRUE(fs::exists(fs::path(d) / f)) << f;
+      EXPECT_EQ(f[0], '/') << "terminal repro lines name absolute case paths: " << f;
       const fs::path parent = fs::path(f).parent_path();
-      EXPECT_EQ(parent.parent_path(), "dsa-parity-out") << f;
+      EXPECT_EQ(parent.parent_path(), fs::path(d) / "dsa-parity-out") << f;
       folders[i].insert(parent.string());
     }
     EXPECT_EQ(folders[i].size(), 1u) << "one folder per run";

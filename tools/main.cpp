@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "harness/report.hpp"
 #include "harness/text.hpp"
 #include "tools/command.hpp"
 
 int main(int argc, char** argv) {
+  if (argc > 0) dsa::set_invoked_binary(argv[0]);  // repro lines name the binary as invoked
   // Help, --version and bad usage of the command line (exit 2, one line) end here (tools/cli.cpp).
   const dsa::cli::Parsed c = dsa::cli::parse(argc, argv);
   if (c.run) {

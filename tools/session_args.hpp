@@ -29,7 +29,8 @@ inline CLI::Option* add_comm_flag(CLI::App& app, std::string& comm) {
 
 struct SessionFlags {
   std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", report, junit;
-  bool require_device = false;
+  std::string html, maxfail = "0", keep_worst = "10", progress_every = "30";
+  bool require_device = false, quiet = false, verbose = false;
   LimitFlags limits;
 };
 
@@ -48,6 +49,17 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
   add_value(app, "--junit", f.junit, "write JUnit XML to FILE (default: none)", "FILE");
   add_switch(app, "--require-device", f.require_device,
                "exit 3 (before any case runs) when no CUDA device is present, whatever the backend");
+  // Run output (README "Runs, reports, repro lines").
+  add_value(app, "--html", f.html, "write a static one-file HTML summary (margins, buckets) to FILE (default: none)",
+            "FILE");
+  add_value(app, "--maxfail", f.maxfail, "stop after N failing cases, the report written (0: never)", "N")
+      ->check(integer_at_least(0));
+  add_value(app, "--keep-worst", f.keep_worst, "keep the full records of the N passing cases of worst margin", "N")
+      ->check(integer_at_least(0));
+  add_value(app, "--progress-every", f.progress_every,
+            "off a TTY, a progress line every SEC seconds on stderr (0: none)", "SEC");
+  add_switch(app, "-q,--quiet", f.quiet, "print only the summary, the bucket table and the failures' repro lines");
+  add_switch(app, "-v,--verbose", f.verbose, "print a line for every case");
   add_limit_flags(app, f.limits);
 }
 
@@ -62,6 +74,14 @@ inline SessionOptions session_options(const SessionFlags& f, const std::string& 
   o.backend_opt.exec_timeout_s = parse_double(f.exec_timeout, "--exec-timeout");
   o.report = f.report;
   o.junit = f.junit;
+  o.html = f.html;
+  o.maxfail = parse_int(f.maxfail, "--maxfail");
+  o.keep_worst = parse_int(f.keep_worst, "--keep-worst");
+  require(!(f.quiet && f.verbose), "-q", "give either -q or -v, not both");
+  o.output = f.quiet ? -1 : f.verbose ? 1 : 0;
+  o.progress_every_s = parse_double(f.progress_every, "--progress-every");
+  require(o.progress_every_s >= 0 && std::isfinite(o.progress_every_s), "--progress-every",
+          "must be a number of seconds >= 0 (0: no progress lines off a TTY)");
   return o;
 }
 
