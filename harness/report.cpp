@@ -64,23 +64,8 @@ json paths_json(const std::vector<Path>& paths) {
   return a;
 }
 
-// Backend messages and paths come from outside: made valid UTF-8 first (text::safe), then escaped.
-std::string xml_escape(const std::string& raw) {
-  const std::string s = text::safe(raw);
-  std::string o;
-  for (char ch : s) switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters.
-        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') o += ' ';
-        else o += ch;
-    }
-  return o;
-}
+// Backend messages and paths come from outside: valid UTF-8 first, then escaped (text::xml_escape).
+using text::xml_escape;
 
 }  // namespace
 

@@ -13,20 +13,7 @@ namespace dsa {
 
 namespace {
 
-std::string esc(const std::string& raw) {
-  const std::string s = text::safe(raw);
-  std::string o;
-  for (char ch : s) switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') o += ' ';
-        else o += ch;
-    }
-  return o;
-}
+std::string esc(const std::string& raw) { return text::xml_escape(raw); }
 
 std::string fmt(double x) {
   if (!std::isfinite(x)) return "inf";

@@ -100,4 +100,20 @@ std::string one_line(const std::string& s, size_t max_bytes) {
 
 std::string quoted(const std::string& s, size_t max_bytes) { return "'" + one_line(s, max_bytes) + "'"; }
 
+std::string xml_escape(const std::string& raw) {
+  const std::string s = safe(raw);
+  std::string o;
+  for (char ch : s) switch (ch) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') o += ' ';
+        else o += ch;
+    }
+  return o;
+}
+
 }  // namespace dsa::text

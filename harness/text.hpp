@@ -26,4 +26,8 @@ std::string one_line(const std::string& s, size_t max_bytes);
 // True when s is valid UTF-8.
 bool valid_utf8(const std::string& s);
 
+// s made valid UTF-8 (safe) and escaped for XML and XHTML: & < > " ' as entities, the control
+// characters XML 1.0 forbids as spaces. The JUnit and HTML writers both use it.
+std::string xml_escape(const std::string& s);
+
 }  // namespace dsa::text

@@ -36,22 +36,9 @@ struct Outcome {
   std::string out, err;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+std::string slurp(const std::string& path) { return cli_testing::slurp(path); }
 
-// A fresh folder per test (ctest runs tests in parallel, each in its own process).
-std::string scratch() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path p = fs::temp_directory_path() /
-               ("dsa-cli-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string scratch() { return cli_testing::scratch("dsa-cli"); }
 
 // Runs `dsa-parity ARGS` (a shell fragment) in folder dir; raw: ARGS is the whole command line.
 Outcome dsa(const std::string& args, const std::string& dir, bool raw = false) {

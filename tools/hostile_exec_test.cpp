@@ -32,12 +32,7 @@ const std::string kScript = kSource + "/tools/testdata/hostile_backend.py";
 
 std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+std::string slurp(const std::string& path) { return cli_testing::slurp(path); }
 
 // A pid that no longer runs (gone, or a zombie waiting for init).
 bool dead(pid_t pid) {

@@ -36,21 +36,9 @@ const std::string kBin = DSA_PARITY_BIN;
 
 std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+std::string slurp(const std::string& path) { return cli_testing::slurp(path); }
 
-std::string scratch() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path p = fs::temp_directory_path() /
-               ("dsa-int-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string scratch() { return cli_testing::scratch("dsa-int"); }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

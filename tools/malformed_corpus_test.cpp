@@ -32,13 +32,7 @@ struct Outcome {
   double seconds = 0;
 };
 
-std::string scratch() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path p = fs::temp_directory_path() / ("dsa-malformed-" + std::to_string(getpid()) + "-" + info->name());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string scratch() { return cli_testing::scratch("dsa-malformed"); }
 
 // `dsa-parity ARGS` with a hard 20 s kill (a hang fails the deadline check, not the whole suite).
 Outcome dsa(const std::string& args, const std::string& dir) {

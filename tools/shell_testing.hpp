@@ -1,10 +1,16 @@
-// For the CLI tests: run a shell line as a user would, and quote a path for it.
+// For the CLI tests: run a shell line as a user would, quote a path for it, read a file whole and
+// make a fresh folder per test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 namespace dsa::cli_testing {
@@ -26,6 +32,24 @@ inline ShellRun run_shell(const std::string& line) {
   const int status = pclose(p.release());
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// A file's bytes (empty when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A fresh folder per test, named prefix-pid-suite-test (ctest runs tests in parallel processes).
+inline std::string scratch(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+      (prefix + "-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
 }
 
 }  // namespace dsa::cli_testing
