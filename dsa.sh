@@ -14,6 +14,9 @@ case "$mode" in
 esac
 
 packages=(cmake make g++ libeigen3-dev nlohmann-json3-dev libvalijson-dev libgtest-dev libbenchmark-dev libcli11-dev python3 python3-numpy)
+# What only the tests use: CPU torch (the PyTorch example adapter) and a headless browser (the
+# --html page rendered for real). About two minutes to install on a fresh machine.
+[[ $mode == test ]] && packages+=(python3-torch chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

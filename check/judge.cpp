@@ -66,6 +66,10 @@ std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& 
 
 }  // namespace
 
+bool CaseVerdict::oracles_disagree() const {
+  return std::any_of(oracle_agreement.begin(), oracle_agreement.end(), [](auto& a) { return !a.agrees(); });
+}
+
 bool CaseVerdict::has_failure(const std::string& s, const std::string& t, Failure cls) const {
   if (verdict != Verdict::fail) return false;
   if (stage_name() == s && tensor == t && failure == cls) return true;
@@ -112,6 +116,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
     *side = std::move(rest);
   }
   v.oracle_s += since(t0);
+  if (auto* dual = dynamic_cast<DualOracle*>(&oracle)) v.oracle_agreement = dual->take_agreement();
   const StageCounts after = oracle.counts();
   for (int p = 0; p < 2; ++p) {
     v.oracle_stages.indexer[p] = after.indexer[p] - before.indexer[p];

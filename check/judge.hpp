@@ -8,6 +8,7 @@
 
 #include "check/compare.hpp"
 #include "check/oracle.hpp"
+#include "check/oracle_both.hpp"
 #include "check/prepared.hpp"
 #include "core/verdict.hpp"
 
@@ -24,7 +25,11 @@ struct CaseVerdict {
   std::string message;              // one line
   std::vector<TensorCheck> checks;  // every tensor of the checked stages, in catalogue order
   StageCounts oracle_stages;        // how often each oracle stage ran for this case
-  double backend_s = 0, oracle_s = 0, compare_s = 0;
+  // --oracle both: the second oracle's per-tensor agreement with the authority (empty otherwise).
+  std::vector<OracleAgreement> oracle_agreement;
+  double generate_s = 0, backend_s = 0, oracle_s = 0, compare_s = 0;
+
+  bool oracles_disagree() const;
 
   bool failed() const { return verdict == Verdict::fail; }
   // "run" for a failure of the run itself, else the stage's name.

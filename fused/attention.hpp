@@ -10,7 +10,7 @@
 namespace dsa::fused {
 
 // S(g): the slots of indices[g, :] that are usable (0 ≤ t < Tp and key_begin(g) ≤ t < key_end(g)),
-// compacted in slot order into sel[g, 0:count[g]); the rest of sel[g, :] is −1. The attention never
+// each key once (a set), sorted, in sel[g, 0:count[g]); the rest of sel[g, :] is −1. The attention never
 // trusts the indexer for causality: this is where −1, INT_MIN, ≥Tp and non-causal slots drop out.
 struct SelectArgs {
   const int32_t* indices;  // [Tq, K]

@@ -2,7 +2,7 @@
 // (reference/core.hpp run_core, exact and bf16 policy) on the indices the kernels were given, so
 // the comparison is decoupled from the top-k, through check/compare.hpp's compare_tensor
 // (SPEC.md §9: e_f ≤ α·e_l + floor). Odd and production-like shapes, every kind of invalid index
-// (−1, INT_MIN, Tp, huge, future, an earlier segment's key), empty rows (masked pads and rows
+// (−1, INT_MIN, Tp, huge, future, an earlier segment's key, a key repeated), empty rows (masked pads and rows
 // whose every slot is invalid), a leading block of invalid slots, one-key rows, NaN in the key
 // rows no row may see and in the guard regions around every key buffer.
 //
@@ -44,7 +44,7 @@ struct Case {
   Inputs in;
   int Tp = 0, D = 0;
   std::vector<int32_t> idx;          // [Tp, K] what the kernels are given
-  std::vector<int> usable;           // [Tp] slots of idx[g] that are visible keys of g
+  std::vector<int> usable;           // [Tp] distinct visible keys of g in idx[g] (|S(g)|)
   std::vector<uint16_t> Qt, dO_lat;  // bf16 bits: the projections the bf16 policy's GEMMs write
   Result exact, lowp;                // run_core on the same indices, exact and bf16 policy
 };
@@ -95,13 +95,21 @@ Case make_case(AttnShape s, uint32_t seed) {
         r[slot++] = gen() % 2 ? g + 1 : g + 1 + int(gen() % (Tp - g - 1));
       if (gen() % 8 == 0 && slot + 1 < K && kb > 0) r[slot++] = int(gen() % kb);  // an earlier segment's key
       r[slot++] = keys[i];
+      // A key the row already holds, again (S(g) is a set: it counts once). One-key rows get
+      // theirs twice half the time, so their exact-zero dQ~ also checks the de-duplication.
+      if ((gen() % 7 == 0 || (keys.size() == 1 && g % 2 == 0)) && slot < K) r[slot++] = keys[gen() % (i + 1)];
     }
     if (g % 13 == 3)
       for (int i = 0; i < K; ++i) r[i] = junk[i % 5];  // nothing usable
   }
   c.usable.assign(Tp, 0);
-  for (int g = 0; g < Tp; ++g)
-    for (int i = 0; i < K; ++i) c.usable[g] += usable_key(L, g, c.idx[size_t(g) * K + i]);
+  for (int g = 0; g < Tp; ++g) {
+    std::vector<int32_t> keys;
+    for (int i = 0; i < K; ++i)
+      if (usable_key(L, g, c.idx[size_t(g) * K + i])) keys.push_back(c.idx[size_t(g) * K + i]);
+    std::sort(keys.begin(), keys.end());
+    c.usable[g] = static_cast<int>(std::unique(keys.begin(), keys.end()) - keys.begin());
+  }
 
   // The reference's indices [Tp, K' = min(K, Tp)]: the kernels' rows as they are where they fit
   // (the reference drops the invalid slots itself), else each row's usable keys in slot order.

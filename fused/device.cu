@@ -21,4 +21,29 @@ std::string device_name(int device) {
   return prop.name;
 }
 
+std::string device_arch(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+}
+
+namespace {
+std::string version_text(int v) { return v > 0 ? std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) : ""; }
+}  // namespace
+
+std::string driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
+  return version_text(v);
+}
+
+std::string runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
+  return version_text(v);
+}
+
 }  // namespace dsa::fused

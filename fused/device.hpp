@@ -8,5 +8,10 @@ namespace dsa::fused {
 // Number of CUDA devices; 0 when there is no driver or no device (never throws).
 int device_count();
 std::string device_name(int device);
+// "sm_90" for device 0; "" without a device.
+std::string device_arch(int device);
+// CUDA versions as "13.0" ("" when unknown): the installed driver's API version and this runtime's.
+std::string driver_version();
+std::string runtime_version();
 
 }  // namespace dsa::fused

@@ -72,9 +72,11 @@ TEST(Coverage, NightlyMeetsTheQuarterRule) {
     EXPECT_GT(cov.heads.at(128), 0);
   }
   // The production widths in the nightly keep Tp small (fast on a GPU, about a second on the CPU).
-  for (const Case& c : nightly(3))
-    if (production_widths(c.problem.dims) && c.problem.dims.H == 128)
+  for (const Case& c : nightly(3)) {
+    if (production_widths(c.problem.dims) && c.problem.dims.H == 128) {
       EXPECT_LE(make_layout(c.problem.seqlens, c.problem.cp, c.problem.pad_rows).tp, 1536) << describe(c);
+    }
+  }
 }
 
 // smoke and default keep no new feature (their seeds are pinned in generate_test.cpp).

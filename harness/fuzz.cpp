@@ -423,14 +423,16 @@ int run_session(const SessionOptions& o, Backend& backend) {
   interrupt::set_deadline(std::nullopt);
 
   ctx.interrupted = stop_signal != 0;
+  // Oracles that disagree (--oracle both) fail the run: the verdicts rest on an oracle in doubt.
   ctx.exit_code = stop_signal          ? interrupt::exit_code(stop_signal)
-                  : tally.failed       ? 1
+                  : tally.failed || tally.oracle_disagreements ? 1
                   : tally.not_run + tally.cannot_run ? 3
                                        : 0;
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
   std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
-  if (!quiet) std::printf("%s", margin_table(tally).c_str());
+  if (!quiet) std::printf("%s%s", margin_table(tally).c_str(), timing_line(tally).c_str());
+  std::printf("%s", agreement_table(tally).c_str());
   if (ctx.maxfail_reached)
     std::printf("stopped after %lld failing cases (--maxfail %lld)\n", (long long)tally.failed, (long long)o.maxfail);
   if (stop_signal)

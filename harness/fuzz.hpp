@@ -18,7 +18,7 @@ struct SessionOptions {
   std::vector<std::string> arguments;    // the command line, for the report
   std::string backend = "auto";
   BackendOptions backend_opt;
-  std::string oracle = "cpu";            // --oracle cpu|gpu|auto (harness/oracle_choice.hpp)
+  std::string oracle = "cpu";            // --oracle cpu|gpu|both|auto (harness/oracle_choice.hpp)
   uint64_t seed = 1;
   std::string profile = "default";
   bool random = true;                    // run random cases after the case files

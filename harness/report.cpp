@@ -25,6 +25,7 @@
 #include "harness/text.hpp"
 
 #ifdef DSA_HAVE_CUDA
+#include "fused/comm/comm.hpp"
 #include "fused/device.hpp"
 #endif
 
@@ -99,14 +100,14 @@ json environment_json() {
   gethostname(host, sizeof host - 1);
   e["host"] = host;
 #ifdef DSA_HAVE_CUDA
-  e["cuda"] = "built";
+  // What a figure needs to be traced: the device, its arch, the driver and runtime, NCCL.
   const int n = fused::device_count();
-  e["gpu"] = n > 0 ? fused::device_name(0) + (n > 1 ? " x" + std::to_string(n) : std::string()) : "none";
-#ifdef DSA_HAVE_NCCL
-  e["nccl"] = "built";
-#else
-  e["nccl"] = "not built";
-#endif
+  const std::string driver = fused::driver_version();
+  e["cuda"] = "runtime " + fused::runtime_version() + ", driver " + (driver.empty() ? "none" : driver);
+  e["gpu"] = n > 0 ? fused::device_name(0) + " (" + fused::device_arch(0) + ")" +
+                         (n > 1 ? " x" + std::to_string(n) : std::string())
+                   : "none";
+  e["nccl"] = fused::nccl_version();
 #else
   e["cuda"] = "not built";
   e["gpu"] = "none";
@@ -219,10 +220,12 @@ json record_json(const CaseRecord& r) {
             {"message", text::safe(v.message, 16000)},  // a backend's words: valid UTF-8, capped
             {"tensors", tensors},
             {"not_checked", not_checked},
-            {"timings", {{"backend_s", v.backend_s}, {"oracle_s", v.oracle_s}, {"compare_s", v.compare_s}}},
+            {"timings",
+             {{"generate_s", v.generate_s}, {"backend_s", v.backend_s}, {"oracle_s", v.oracle_s}, {"compare_s", v.compare_s}}},
             {"repro", r.repro.empty() ? json(nullptr) : json(r.repro)},
             {"case_file", r.case_file.empty() ? json(nullptr) : json(r.case_file)},
             {"unfinished", r.unfinished}};
+  if (!v.oracle_agreement.empty()) j["oracle_agreement"] = agreement_json(v.oracle_agreement);
   j["failure"] = v.failed() ? json{{"stage", v.stage_name()}, {"tensor", v.tensor}, {"class", name(v.failure)}} : json(nullptr);
   if (r.shrunk) {
     const ShrinkRecord& s = *r.shrunk;
@@ -233,6 +236,20 @@ json record_json(const CaseRecord& r) {
     j["shrunk"] = nullptr;
   }
   return j;
+}
+
+json agreement_json(const std::vector<OracleAgreement>& rows) {
+  json a = json::array();
+  for (auto& x : rows)
+    a.push_back({{"tensor", x.tensor},
+                 {"exact_rel", num(x.exact_rel)},
+                 {"lowp_ratio", num(x.lowp_ratio)},
+                 {"e_l_authority", num(x.e_l_a)},
+                 {"e_l_second", num(x.e_l_b)},
+                 {"compared", x.compared},
+                 {"agrees", x.agrees()},
+                 {"detail", x.detail}});
+  return a;
 }
 
 json compact_record_json(const CaseRecord& r) {
@@ -259,7 +276,8 @@ json compact_record_json(const CaseRecord& r) {
           {"verdict", name(r.v.verdict)},
           {"compact", true},
           {"case", c},
-          {"timings", {{"backend_s", rounded(r.v.backend_s, 3)}, {"oracle_s", rounded(r.v.oracle_s, 3)},
+          {"timings", {{"generate_s", rounded(r.v.generate_s, 3)}, {"backend_s", rounded(r.v.backend_s, 3)},
+                       {"oracle_s", rounded(r.v.oracle_s, 3)},
                        {"compare_s", rounded(r.v.compare_s, 3)}}},
           {"margins", margins}};
 }
@@ -303,7 +321,12 @@ void RunTally::add(const CaseRecord& r) {
   for (auto& t : r.v.checks) unchecked += t.status == CheckStatus::not_checked;
   not_checked_tensors += unchecked;
   not_checked_cases += unchecked > 0;
-  case_seconds += r.v.backend_s + r.v.oracle_s + r.v.compare_s;
+  case_seconds += r.v.generate_s + r.v.backend_s + r.v.oracle_s + r.v.compare_s;
+  generate_s += r.v.generate_s, backend_s += r.v.backend_s, oracle_s += r.v.oracle_s, compare_s += r.v.compare_s;
+  if (!r.v.oracle_agreement.empty()) {
+    merge_agreement(oracle_agreement, r.v.oracle_agreement);
+    if (r.v.oracles_disagree() && oracle_disagreements++ == 0) first_disagreement = r.index;
+  }
   for (auto& t : r.v.checks) {
     if (t.status == CheckStatus::not_checked) continue;
     auto m = std::find_if(margins.begin(), margins.end(),
@@ -401,6 +424,11 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
           {"maxfail_reached", ctx.maxfail_reached},
           {"buckets", bucket_list},
           {"margins", margins},
+          {"timings", {{"generate_s", t.generate_s}, {"backend_s", t.backend_s}, {"oracle_s", t.oracle_s},
+                       {"compare_s", t.compare_s}}},
+          {"oracle_agreement", {{"rows", agreement_json(t.oracle_agreement)},
+                                {"disagreeing_cases", t.oracle_disagreements},
+                                {"first_case", t.oracle_disagreements ? json(t.first_disagreement) : json(nullptr)}}},
           {"coverage", to_json(t.coverage)}};
 }
 
@@ -635,6 +663,41 @@ std::string margin_table(const RunTally& t) {
     o << line;
   }
   return o.str();
+}
+
+std::string agreement_table(const RunTally& t) {
+  if (t.oracle_agreement.empty()) return "";
+  size_t w = 6;
+  for (auto& a : t.oracle_agreement) w = std::max(w, a.tensor.size());
+  std::ostringstream o;
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "\noracle agreement (--oracle both; exact_rel <= %g, lowp_ratio <= %g), %lld disagreeing cases%s:\n",
+                kOracleExactRel, kOracleLowpFactor, (long long)t.oracle_disagreements,
+                t.oracle_disagreements ? (", first case " + std::to_string(t.first_disagreement)).c_str() : "");
+  o << line;
+  std::snprintf(line, sizeof line, "  %-*s %10s %10s %10s %10s  %s\n", (int)w, "tensor", "exact_rel", "lowp_ratio",
+                "e_l cpu", "e_l gpu", "");
+  o << line;
+  for (auto& a : t.oracle_agreement) {
+    std::snprintf(line, sizeof line, "  %-*s %10.3g %10.3g %10.3g %10.3g  %s\n", (int)w, a.tensor.c_str(), a.exact_rel,
+                  a.lowp_ratio, a.e_l_a, a.e_l_b, a.agrees() ? "ok" : ("DISAGREES: " + a.detail).c_str());
+    o << line;
+  }
+  return o.str();
+}
+
+std::string timing_line(const RunTally& t) {
+  const double all = t.generate_s + t.backend_s + t.oracle_s + t.compare_s;
+  if (t.cases == 0 || all <= 0) return "";
+  char line[320];
+  auto pct = [&](double x) { return 100.0 * x / all; };
+  std::snprintf(line, sizeof line,
+                "case time %.3g s (%.3g s per case): generate %.3g s (%.0f%%), backend %.3g s (%.0f%%), oracle %.3g s "
+                "(%.0f%%), compare %.3g s (%.0f%%)\n",
+                all, all / double(t.cases), t.generate_s, pct(t.generate_s), t.backend_s, pct(t.backend_s), t.oracle_s,
+                pct(t.oracle_s), t.compare_s, pct(t.compare_s));
+  return line;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

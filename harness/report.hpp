@@ -110,7 +110,11 @@ struct RunTally {
   int64_t unfinished = 0;           // stopped at the hard time limit (counted in not_run)
   int64_t not_checked_tensors = 0;  // tensors of the checked stages that were not compared
   int64_t not_checked_cases = 0;    // cases with at least one of them
-  double case_seconds = 0;          // backend + oracle + compare, over every case
+  double case_seconds = 0;          // generate + backend + oracle + compare, over every case
+  double generate_s = 0, backend_s = 0, oracle_s = 0, compare_s = 0;  // the same, split
+  // --oracle both: the second oracle's worst agreement per tensor, and the cases where it disagreed.
+  std::vector<OracleAgreement> oracle_agreement;
+  int64_t oracle_disagreements = 0, first_disagreement = -1;
   std::vector<Bucket> buckets;      // in order of first appearance
   Coverage coverage;                // what the cases reach (harness/coverage.hpp)
   std::vector<Margin> margins;      // in order of first appearance (few tensors: linear)
@@ -127,6 +131,7 @@ nlohmann::json environment_json();
 std::string utc_now();
 
 nlohmann::json check_json(const TensorCheck& t);
+nlohmann::json agreement_json(const std::vector<OracleAgreement>& rows);
 nlohmann::json record_json(const CaseRecord& r);
 // The compact record of a passing case (<= 1 KB): index, origin, description, verdict, the case
 // without its note, timings and each tensor's margin.
@@ -146,6 +151,10 @@ std::string summary_table(const RunTally& t, double seconds, bool interrupted = 
 std::string summary_table(const std::vector<CaseRecord>& records, double seconds);
 // The per-tensor margin table printed at the end of a run.
 std::string margin_table(const RunTally& t);
+// --oracle both: the per-tensor agreement table of the second oracle with the authority.
+std::string agreement_table(const RunTally& t);
+// Where a run's case time went: generate / backend / oracle / compare, in seconds and shares.
+std::string timing_line(const RunTally& t);
 // A static, self-contained XHTML page: the margins as inline SVG bars and the bucket table.
 std::string html_summary(const RunContext& ctx, const RunTally& t);
 

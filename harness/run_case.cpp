@@ -53,7 +53,9 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
 }
 
 static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
+  const auto g0 = Clock::now();
   const PreparedCase pc = prepare_case(c);
+  const double generate_s = since(g0);
 
   BackendRun run;
   const auto t0 = Clock::now();
@@ -63,6 +65,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
     CaseVerdict v;
     v.verdict = Verdict::cannot_run;
     v.message = e.what();
+    v.generate_s = generate_s;
     v.backend_s = since(t0);
     return v;
   } catch (const std::exception& e) {
@@ -74,6 +77,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
     v.failure = timeout ? Failure::timeout : Failure::crash;
     v.message = msg;
     v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
+    v.generate_s = generate_s;
     v.backend_s = since(t0);
     return v;
   }
@@ -85,6 +89,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
     oracle = cpu.get();
   }
   CaseVerdict v = judge(pc, run.result, *oracle);
+  v.generate_s = generate_s;
   v.backend_s = backend_s;
   if (v.failed()) v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
   return v;

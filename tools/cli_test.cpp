@@ -226,8 +226,11 @@ TEST(Cli, DiffListsNewFixedAndPersistingBucketsAndMarginMoves) {
   ASSERT_EQ(same["persisting"].size(), 1u);
   EXPECT_EQ(same["persisting"][0]["bucket"], "mutant:kl_reversed/loss/kl/mismatch");
   EXPECT_FALSE(same["margins"].empty());
-  for (auto& m : same["margins"])
-    if (m["change"].is_number()) EXPECT_DOUBLE_EQ(m["change"].get<double>(), 1.0);
+  for (auto& m : same["margins"]) {
+    if (m["change"].is_number()) {
+      EXPECT_DOUBLE_EQ(m["change"].get<double>(), 1.0);
+    }
+  }
   EXPECT_EQ(dsa("diff a.json missing.json", d).code, 2);
   // The HTML page names every tensor of the report's margin table.
   const std::string html = slurp(d + "/b.html");
@@ -477,7 +480,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   // The defaults are shown.
   const std::string fuzz = dsa("help fuzz", d).out;
   for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
-                            "--oracle cpu|gpu|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
+                            "--oracle cpu|gpu|both|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
                             "--exec-timeout SEC=600", "--max-pairs N=2147483648"})
     EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
 }
@@ -547,9 +550,9 @@ TEST(Cli, BogusEnumValuesAreExitTwoNamingTheFlag) {
   const std::pair<std::string, std::string> bad[] = {
       {"fuzz --backend lowp --comm bogus --cases 1", "--comm: must be one of nccl|local|auto|mpi, got 'bogus'"},
       {"fuzz --backend lowp --profile x --cases 1", "--profile: must be one of smoke|default|nightly|production, got 'x'"},
-      {"fuzz --backend lowp --oracle x --cases 1", "--oracle: must be one of cpu|gpu|auto, got 'x'"},
+      {"fuzz --backend lowp --oracle x --cases 1", "--oracle: must be one of cpu|gpu|both|auto, got 'x'"},
       {"fuzz --backend lowp --path x --cases 1", "--path: must be one of absorbed|explicit|any|auto, got 'x'"},
-      {"repro x.json --oracle x", "--oracle: must be one of cpu|gpu|auto"},
+      {"repro x.json --oracle x", "--oracle: must be one of cpu|gpu|both|auto"},
       {"replay cases --comm x", "--comm: must be one of"},
       {"shrink x.json --comm x", "--comm: must be one of"},
       {"layout --seqlens 5 --layout zig", "--layout: must be one of zigzag|contiguous, got 'zig'"},

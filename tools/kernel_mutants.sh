@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 J=${J:-$(nproc)}
 all=(causal_end_off_by_one pad_keys_visible neg1_read_as_row0 trust_noncausal_indices base2_lse_backward
      dlogit_missing_delta dq_missing_scale zigzag_chunk_swap no_key_grad_reduce_scatter relu_grad_one_at_zero
-     streaming_kl_drop_last_chunk kl_reversed topk_lowest_on_ties)
+     streaming_kl_drop_last_chunk kl_reversed topk_lowest_on_ties duplicate_keys_counted)
 names=("$@")
 ((${#names[@]})) || names=("${all[@]}")
 missed=0

@@ -38,9 +38,10 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
   add_value(app, "--backend", f.backend, std::string("the implementation under test: ") + kBackendHelp, "B");
   add_value(app, "--oracle", f.oracle,
             "what computes the exact and lowp sides: cpu (the CPU reference), gpu (check/gpu, exit 3 without a "
-            "device) or auto (gpu when a device is present)",
-            "cpu|gpu|auto")
-      ->check(one_of({"cpu", "gpu", "auto"}));
+            "device), both (the CPU the authority, the GPU oracle beside it: a per-tensor agreement table, exit 1 "
+            "when they disagree) or auto (gpu when a device is present)",
+            "cpu|gpu|both|auto")
+      ->check(one_of({"cpu", "gpu", "both", "auto"}));
   add_comm_flag(app, f.comm);
   add_value(app, "--exec-timeout", f.exec_timeout, "exec:/exec2: backends: the time limit of one case, in seconds",
             "SEC")

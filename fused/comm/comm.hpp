@@ -46,6 +46,8 @@ std::unique_ptr<CommGroup> make_local_group(int size, int device = 0);
 // Throws dsa::Unavailable when built without NCCL or with fewer devices than ranks.
 std::unique_ptr<CommGroup> make_nccl_group(int size);
 bool nccl_available();
+// The NCCL library's version at run time ("2.27.3"), or "not built".
+std::string nccl_version();
 
 // Reuse of NCCL groups across cases (ncclCommInitAll costs tens to hundreds of milliseconds, more
 // than a small case's kernels): take_nccl_group hands out a cached group of this world size (on

@@ -93,6 +93,17 @@ bool nccl_available() {
 #endif
 }
 
+std::string nccl_version() {
+#ifdef DSA_HAVE_NCCL
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess || v <= 0) return "unknown";
+  // NCCL_VERSION_CODE since 2.9: major*10000 + minor*100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+#else
+  return "not built";
+#endif
+}
+
 std::unique_ptr<CommGroup> make_nccl_group(int size) {
 #ifdef DSA_HAVE_NCCL
   int n = 0;

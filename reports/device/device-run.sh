@@ -6,13 +6,18 @@
 # oraclebench (the GPU oracle at DeepSeek-V3.2 and GLM-5 shape), fwdbench (attention forward only, S = 4096),
 # bench (every fused benchmark), fuzz (nightly for NIGHTLY_S seconds with --oracle $ORACLE),
 # fuzzcpu / fuzzgpu (the same nightly with --oracle cpu / gpu), production (PROD_S seconds),
-# replay (the corpus cases/). A build already in build/ is reused (the machine keeps it while warm).
+# replay (the corpus cases/), both (the nightly for BOTH_S seconds with --oracle both: the agreement table),
+# cases (replay of the case files under CASES, e.g. a carried scratch folder), mutant (the kernel mutants
+# named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
+# PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
+# while warm).
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}
 PROD_S=${PROD_S:-60}
 SEED=${SEED:-11}
 ORACLE=${ORACLE:-cpu}
+BOTH_S=${BOTH_S:-120}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
   cmake --build build -j16 --target fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
@@ -39,6 +44,21 @@ for stage in $STAGES; do
     production)
       ./build/dsa-parity fuzz --backend cuda --oracle $ORACLE --profile production --seed $SEED --time-budget $PROD_S \
         --report $OUT/fuzz-production.json > $OUT/fuzz-production.log 2>&1; echo "exit $?"; tail -6 $OUT/fuzz-production.log ;;
+    both)
+      ./build/dsa-parity fuzz --backend cuda --oracle both --profile nightly --seed $SEED --time-budget $BOTH_S \
+        --report $OUT/fuzz-nightly-both.json > $OUT/fuzz-nightly-both.log 2>&1; echo "exit $?"
+      grep -A40 "oracle agreement" $OUT/fuzz-nightly-both.log | head -40; grep -E "passed|case time" $OUT/fuzz-nightly-both.log | tail -3 ;;
+    cases)
+      ./build/dsa-parity replay $CASES --backend cuda --oracle $ORACLE --report $OUT/cases.json > $OUT/cases.log 2>&1
+      echo "exit $?"; tail -8 $OUT/cases.log ;;
+    mutant)
+      J=16 tools/kernel_mutants.sh $MUTANTS 2>&1 | tee $OUT/kernel-mutants.log ;;
+    torch)
+      (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v tests.test_torch_reference) \
+        2>&1 | tail -12 | tee $OUT/torch-tests.log
+      DSA_TORCH_DEVICE=cuda PYTHONPATH=python timeout 200 ./build/dsa-parity fuzz --backend \
+        exec2:"python3 -m dsa_parity.examples.torch_reference" --profile smoke --cases 40 --corpus none --seed $SEED \
+        --report $OUT/fuzz-torch-cuda.json > $OUT/fuzz-torch-cuda.log 2>&1; echo "exit $?"; tail -5 $OUT/fuzz-torch-cuda.log ;;
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
       tail -6 $OUT/replay.log ;;

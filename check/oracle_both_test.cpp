@@ -1,0 +1,140 @@
+// --oracle both (check/oracle_both.hpp): two oracles that agree report exact_rel 0 and lowp_ratio
+// ≤ 1 on every tensor; a second oracle off by more than the rules on one tensor (exact: 1e-9
+// relative; lowp: 3× the authority's error) is named, with the tensor, and nothing else is; the
+// verdict stays the authority's.
+#include "check/oracle_both.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "check/judge.hpp"
+#include "core/bf16.hpp"
+#include "reference/core.hpp"
+
+namespace dsa {
+namespace {
+
+PreparedCase small_case() {
+  Problem p;
+  p.seqlens = {6, 9};
+  p.topk = 4;
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  Inputs in = zero_inputs(p.dims, L.tp);
+  std::mt19937 gen(5);
+  std::normal_distribution<double> nd(0.0, 0.5);
+  in.for_each([&](const std::string&, TensorD& t) {
+    for (double& x : t.data) x = round_bf16(nd(gen));
+  });
+  return prepare(p, in, std::nullopt, {std::begin(kStages), std::end(kStages)});
+}
+
+// The CPU reference with one tensor of one precision changed after the fact.
+class Skewed : public Oracle {
+ public:
+  using Edit = std::function<void(const Result& exact_of_same_request, Result& mine)>;
+  Skewed(Precision when, Edit edit) : when_(when), edit_(std::move(edit)) {}
+  std::string name() const override { return "skewed"; }
+  std::vector<double> score_row(const PreparedCase& c, int64_t g, Precision p) override { return cpu_->score_row(c, g, p); }
+
+ protected:
+  Result compute(const PreparedCase& c, Precision precision, const StageRequest& req) override {
+    Result r = cpu_->run(c, precision, req);
+    if (precision == when_) edit_(precision == Precision::exact ? r : cpu_->run(c, Precision::exact, req), r);
+    return r;
+  }
+
+ private:
+  std::unique_ptr<Oracle> cpu_ = make_cpu_oracle();
+  Precision when_;
+  Edit edit_;
+};
+
+Result lowp_backend(const PreparedCase& c) {
+  RunOptions opt;
+  opt.precision = Precision::bf16;
+  return run_core(c.problem, c.inputs, opt);
+}
+
+const OracleAgreement* row_of(const std::vector<OracleAgreement>& rows, const std::string& t) {
+  for (auto& r : rows)
+    if (r.tensor == t) return &r;
+  return nullptr;
+}
+
+TEST(OracleBoth, TwoCpuOraclesAgreeOnEveryTensor) {
+  const PreparedCase c = small_case();
+  DualOracle both(make_cpu_oracle(), make_cpu_oracle());
+  EXPECT_EQ(both.name(), "cpu+cpu");
+  const CaseVerdict v = judge(c, lowp_backend(c), both);
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
+  EXPECT_FALSE(v.oracles_disagree());
+  for (const TensorSpec* s : result_specs()) {
+    const OracleAgreement* a = row_of(v.oracle_agreement, std::string(s->name));
+    ASSERT_NE(a, nullptr) << s->name;
+    EXPECT_TRUE(a->agrees()) << s->name << ": " << a->detail;
+    EXPECT_EQ(a->exact_rel, 0) << s->name;
+    EXPECT_GT(a->compared, 0) << s->name;
+    if (s->name != "topk") {
+      EXPECT_LE(a->lowp_ratio, 1.0) << s->name;
+    }
+  }
+  // Taken once: the next case starts from nothing.
+  EXPECT_TRUE(both.take_agreement().empty());
+}
+
+TEST(OracleBoth, AnExactDisagreementNamesTheTensorAndKeepsTheVerdict) {
+  const PreparedCase c = small_case();
+  auto skew = std::make_unique<Skewed>(Precision::exact, [](const Result&, Result& r) {
+    if (!r.dc.data.empty()) r.dc.data[3] *= 1 + 1e-9;
+  });
+  DualOracle both(make_cpu_oracle(), std::move(skew));
+  const CaseVerdict v = judge(c, lowp_backend(c), both);
+  EXPECT_EQ(v.verdict, Verdict::pass) << "the authority's verdict: " << v.message;
+  ASSERT_TRUE(v.oracles_disagree());
+  for (auto& a : v.oracle_agreement) {
+    if (a.tensor == "dc") {
+      EXPECT_FALSE(a.agrees());
+      EXPECT_NE(a.detail.find("exact"), std::string::npos) << a.detail;
+      EXPECT_GT(a.exact_rel, kOracleExactRel);
+    } else {
+      EXPECT_TRUE(a.agrees()) << a.tensor << ": " << a.detail;
+    }
+  }
+}
+
+TEST(OracleBoth, ALowpOracleTwiceAsFarFromTheTruthDisagrees) {
+  const PreparedCase c = small_case();
+  // The second oracle's lowp O: its error against exact tripled (same sign pattern).
+  auto skew = std::make_unique<Skewed>(Precision::bf16, [](const Result& exact, Result& r) {
+    if (r.O.data.empty()) return;
+    for (size_t i = 0; i < r.O.data.size(); ++i) r.O.data[i] = exact.O.data[i] + 3 * (r.O.data[i] - exact.O.data[i]);
+  });
+  DualOracle both(make_cpu_oracle(), std::move(skew));
+  const CaseVerdict v = judge(c, lowp_backend(c), both);
+  const OracleAgreement* o = row_of(v.oracle_agreement, "O");
+  ASSERT_NE(o, nullptr);
+  EXPECT_FALSE(o->agrees());
+  EXPECT_NEAR(o->lowp_ratio, 3.0, 1e-6);
+  EXPECT_NE(o->detail.find("lowp"), std::string::npos) << o->detail;
+  const OracleAgreement* lse = row_of(v.oracle_agreement, "lse");
+  ASSERT_NE(lse, nullptr);
+  EXPECT_TRUE(lse->agrees()) << lse->detail;
+}
+
+TEST(OracleBoth, MergeKeepsTheWorstOfEachFigure) {
+  std::vector<OracleAgreement> all;
+  merge_agreement(all, {{"dc", 1e-15, 0.5, 1, 0.5, 10, ""}, {"O", 0, 1.2, 1, 1.2, 5, ""}});
+  merge_agreement(all, {{"dc", 1e-14, 0.2, 1, 0.2, 10, ""}, {"O", 1e-16, 0.9, 1, 0.9, 5, "lowp: x"}});
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].tensor, "O");  // catalogue order: O before dc
+  EXPECT_EQ(all[0].lowp_ratio, 1.2);
+  EXPECT_EQ(all[0].detail, "lowp: x");
+  EXPECT_EQ(all[1].exact_rel, 1e-14);
+  EXPECT_EQ(all[1].lowp_ratio, 0.5);
+  EXPECT_EQ(all[1].compared, 20);
+}
+
+}  // namespace
+}  // namespace dsa
