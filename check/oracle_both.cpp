@@ -25,15 +25,21 @@ double max_abs_finite(const TensorD& t) {
   return m;
 }
 
-// max|x − y| over the elements finite on both sides; the first element where exactly one side is
-// non-finite, or where both are but differ, is returned in `pattern` (−1 when none).
-double max_abs_diff(const TensorD& x, const TensorD& y, int64_t& pattern) {
+// max|x − y| over the elements finite on both sides (at element `worst`); the first element where
+// exactly one side is non-finite, or where both are but differ, is returned in `pattern` (−1 when none).
+double max_abs_diff(const TensorD& x, const TensorD& y, int64_t& pattern, int64_t* worst = nullptr) {
   double e = 0;
   pattern = -1;
   for (size_t i = 0; i < x.data.size(); ++i) {
     const double a = x.data[i], b = y.data[i];
-    if (std::isfinite(a) && std::isfinite(b)) e = std::max(e, std::abs(a - b));
-    else if (pattern < 0 && !(a == b)) pattern = static_cast<int64_t>(i);
+    if (std::isfinite(a) && std::isfinite(b)) {
+      if (std::abs(a - b) > e) {
+        e = std::abs(a - b);
+        if (worst) *worst = static_cast<int64_t>(i);
+      }
+    } else if (pattern < 0 && !(a == b)) {
+      pattern = static_cast<int64_t>(i);
+    }
   }
   return e;
 }
@@ -112,17 +118,32 @@ void DualOracle::record(const std::string& tensor, const TensorD& a, const Tenso
     if (s.detail.empty()) s.detail = "exact: shapes differ";
     return;
   }
-  int64_t pattern = -1;
-  const double scale = max_abs_finite(a), e = max_abs_diff(a, b, pattern);
+  int64_t pattern = -1, worst = 0;
+  const double scale = max_abs_finite(a), e = max_abs_diff(a, b, pattern, &worst);
   const double rel = scale > 0 ? e / scale : (e > 0 ? INFINITY : 0);
   s.exact_rel = std::max(s.exact_rel, rel);
   s.compared += static_cast<int64_t>(a.data.size());
-  if (!s.detail.empty()) return;
-  if (pattern >= 0)
-    s.detail = "exact: non-finite values differ at element " + std::to_string(pattern) + " (" + fmt(a.data[pattern]) +
-               " vs " + fmt(b.data[pattern]) + ")";
-  else if (rel > kOracleExactRel)
-    s.detail = "exact: max|B - A| = " + fmt(e) + " is " + fmt(rel) + " of max|A| (limit " + fmt(kOracleExactRel) + ")";
+  if (pattern >= 0) {
+    if (s.detail.empty())
+      s.detail = "exact: non-finite values differ at element " + std::to_string(pattern) + " (" +
+                 fmt(a.data[pattern]) + " vs " + fmt(b.data[pattern]) + ")";
+    return;
+  }
+  // Judged once the authority's lowp error of the same stage is known (record_lowp).
+  pending_[tensor] = Pending{e, scale, "at element " + std::to_string(worst) + ": A " + fmt(a.data[worst]) + ", B " +
+                                           fmt(b.data[worst])};
+}
+
+void DualOracle::judge_exact(const std::string& tensor, double e_l_a) {
+  auto it = pending_.find(tensor);
+  if (it == pending_.end()) return;
+  const Pending p = it->second;
+  pending_.erase(it);
+  OracleAgreement& s = slot(tensor);
+  const double limit = std::max(kOracleExactRel * p.scale, kOracleExactOfLowp * e_l_a);
+  if (p.e > limit && s.detail.empty())
+    s.detail = "exact: max|B - A| = " + fmt(p.e) + " > " + fmt(limit) + " (1e-12 of max|A| = " + fmt(p.scale) +
+               ", 1e-6 of e_l(A) = " + fmt(e_l_a) + "), " + p.where;
 }
 
 void DualOracle::record_lowp(const std::string& tensor, const TensorD& x, const TensorD& a, const TensorD& b) {
@@ -133,6 +154,7 @@ void DualOracle::record_lowp(const std::string& tensor, const TensorD& x, const 
   }
   int64_t pa = -1, pb = -1;
   const double e_a = max_abs_diff(a, x, pa), e_b = max_abs_diff(b, x, pb);
+  judge_exact(tensor, e_a);
   const double bound = std::max(e_a, kFloorRel * max_abs_finite(x));
   const double ratio = bound > 0 ? e_b / bound : (e_b > 0 ? INFINITY : 0);
   if (ratio > s.lowp_ratio) s.lowp_ratio = ratio, s.e_l_a = e_a, s.e_l_b = e_b;
@@ -169,10 +191,12 @@ Result DualOracle::compute(const PreparedCase& c, Precision precision, const Sta
 }
 
 std::vector<OracleAgreement> DualOracle::take_agreement() {
+  while (!pending_.empty()) judge_exact(pending_.begin()->first, 0);  // no lowp run of that stage
   std::vector<OracleAgreement> out;
   merge_agreement(out, seen_);
   seen_.clear();
   exact_.clear();
+  pending_.clear();
   return out;
 }
 

@@ -1,11 +1,13 @@
 // --oracle both (check/oracle_both.hpp): two oracles that agree report exact_rel 0 and lowp_ratio
-// ≤ 1 on every tensor; a second oracle off by more than the rules on one tensor (exact: 1e-9
+// ≤ 1 on every tensor; a second oracle off by more than the rules on one tensor (exact: 1e-5
 // relative; lowp: 3× the authority's error) is named, with the tensor, and nothing else is; the
 // verdict stays the authority's.
 #include "check/oracle_both.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -87,7 +89,11 @@ TEST(OracleBoth, TwoCpuOraclesAgreeOnEveryTensor) {
 TEST(OracleBoth, AnExactDisagreementNamesTheTensorAndKeepsTheVerdict) {
   const PreparedCase c = small_case();
   auto skew = std::make_unique<Skewed>(Precision::exact, [](const Result&, Result& r) {
-    if (!r.dc.data.empty()) r.dc.data[3] *= 1 + 1e-9;
+    if (r.dc.data.empty()) return;
+    // The largest element 1e-5 relative off: a thousandth of a bf16 ulp, yet far above what two
+    // fp64 orders of the same sums can differ by.
+    auto it = std::max_element(r.dc.data.begin(), r.dc.data.end(), [](double x, double y) { return std::abs(x) < std::abs(y); });
+    *it *= 1 + 1e-5;
   });
   DualOracle both(make_cpu_oracle(), std::move(skew));
   const CaseVerdict v = judge(c, lowp_backend(c), both);

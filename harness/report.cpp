@@ -283,7 +283,8 @@ json compact_record_json(const CaseRecord& r) {
 }
 
 json report_record_json(const CaseRecord& r) {
-  return r.v.verdict == Verdict::pass && !r.unfinished ? compact_record_json(r) : record_json(r);
+  // Oracles that disagree keep the full record: its oracle_agreement says where.
+  return r.v.verdict == Verdict::pass && !r.unfinished && !r.v.oracles_disagree() ? compact_record_json(r) : record_json(r);
 }
 
 void WorstPassing::add(const CaseRecord& r) {
