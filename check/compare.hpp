@@ -51,6 +51,15 @@ struct TensorCheck {
   int64_t compared = 0;         // elements compared: finite ones, and ±inf at the exact positions
   std::optional<Location> worst;
   double worst_fused = 0, worst_exact = 0, worst_lowp = 0;
+  // --repeat (check/repeats.hpp): later runs of the backend against the first, when there were any.
+  struct Repeat {
+    int runs = 1;              // backend runs in all
+    bool deterministic = false;  // declared bitwise reproducible by the backend
+    int64_t differing = 0;     // elements whose bits differed in some later run
+    double spread = 0;         // max |run_k − run_1| over finite elements
+    double spread_ratio = 0;   // spread / (α·e_l + floor)
+  };
+  std::optional<Repeat> repeat;
 
   bool failed() const { return status == CheckStatus::fail; }
 };

@@ -25,6 +25,8 @@ enum class Failure {
   topk_not_equivalent,  // SPEC §4 equivalence broken
   crash,                // the backend threw or exited non-zero
   timeout,              // the backend ran past its time limit
+  nondeterministic,     // --repeat: a tensor declared deterministic changed bits between runs, or
+                        // another one's run-to-run spread exceeded its tolerance
 };
 
 inline const char* name(Verdict v) {
@@ -56,6 +58,7 @@ inline const char* name(Failure f) {
     case Failure::topk_not_equivalent: return "topk-not-equivalent";
     case Failure::crash: return "crash";
     case Failure::timeout: return "timeout";
+    case Failure::nondeterministic: return "nondeterministic";
   }
   return "?";
 }
@@ -68,7 +71,7 @@ inline std::optional<Verdict> parse_verdict(std::string_view s) {
 
 inline std::optional<Failure> parse_failure(std::string_view s) {
   for (Failure f : {Failure::mismatch, Failure::nan, Failure::inf_pattern, Failure::unwritten,
-                    Failure::topk_not_equivalent, Failure::crash, Failure::timeout})
+                    Failure::topk_not_equivalent, Failure::crash, Failure::timeout, Failure::nondeterministic})
     if (s == name(f)) return f;
   return std::nullopt;
 }

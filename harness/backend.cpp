@@ -1,10 +1,19 @@
 // make_backend: the --backend names of DESIGN.md.
 #include "harness/backend.hpp"
 
+#include "core/catalogue.hpp"
 #include "core/errors.hpp"
 #include "harness/text.hpp"
 
 namespace dsa {
+
+std::vector<std::string> all_result_tensors() {
+  std::vector<std::string> out;
+  for (const TensorSpec* s : result_specs()) out.emplace_back(s->name);
+  return out;
+}
+
+std::vector<std::string> Backend::deterministic() const { return all_result_tensors(); }
 
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt) {
   // --comm: the communicators that exist. mpi (one process per rank, DESIGN.md) is not built yet:

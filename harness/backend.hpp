@@ -34,7 +34,15 @@ class Backend {
   // listed in the verdict's message as not checked); a case none of whose stages it implements is
   // cannot-run. exec2:CMD workers declare theirs in the capabilities handshake.
   virtual std::vector<Stage> stages() const { return {std::begin(kStages), std::end(kStages)}; }
+  // The result tensors it promises bitwise reproducible run to run (`--repeat N` holds it to that;
+  // the others must stay within tolerance of the first run). The in-process CPU backends are
+  // deterministic everywhere; cuda declares all but its atomic reductions; exec2 workers declare
+  // theirs in the capabilities ("deterministic"); exec v1 cannot declare any.
+  virtual std::vector<std::string> deterministic() const;
 };
+
+// Every result tensor of the catalogue (the default of Backend::deterministic).
+std::vector<std::string> all_result_tensors();
 
 struct BackendOptions {
   std::string comm = "auto";      // cuda only: nccl | local | auto

@@ -133,6 +133,8 @@ class ExecBackend final : public Backend {
   ExecBackend(std::string command, double timeout_s) : command_(std::move(command)), timeout_s_(timeout_s) {}
 
   std::string name() const override { return "exec:" + command_; }
+  // One process per case, no handshake: nothing is declared, so --repeat checks spreads only.
+  std::vector<std::string> deterministic() const override { return {}; }
 
   BackendRun run(const Case& c, const PreparedCase& pc) override {
     const Inputs& in = pc.inputs;

@@ -62,6 +62,7 @@ struct Capabilities {
   bool cp = false;
   int64_t max_tokens = 0;
   std::vector<Path> paths;
+  std::vector<std::string> deterministic;  // optional: result tensors it promises bitwise reproducible
 };
 
 // Parses the worker's capabilities line; std::runtime_error says what is wrong.
@@ -103,6 +104,14 @@ Capabilities parse_capabilities(const std::string& line) {
         std::find(known_dtypes().begin(), known_dtypes().end(), d.get<std::string>()) == known_dtypes().end())
       throw bad("unknown dtype " + d.dump());
     c.dtypes.push_back(d.get<std::string>());
+  }
+  if (j.contains("deterministic")) {
+    if (!j["deterministic"].is_array()) throw bad("deterministic must be a list of result tensor names");
+    for (const json& n : j["deterministic"]) {
+      const TensorSpec* s = n.is_string() ? find_tensor(n.get<std::string>()) : nullptr;
+      if (!s || !s->is_result()) throw bad("deterministic names " + n.dump() + ", which is not a result tensor");
+      c.deterministic.push_back(n.get<std::string>());
+    }
   }
   if (!j.contains("cp") || !j["cp"].is_boolean()) throw bad("cp must be true or false");
   c.cp = j["cp"].get<bool>();
@@ -310,6 +319,7 @@ class Exec2Backend final : public Backend {
   std::string name() const override { return "exec2:" + command_; }
   std::vector<Path> paths() const override { return caps_.paths; }
   std::vector<Stage> stages() const override { return caps_.stages; }
+  std::vector<std::string> deterministic() const override { return caps_.deterministic; }
 
   BackendRun run(const Case& c, const PreparedCase& pc) override {
     // Outside the capabilities: cannot-run, never sent.

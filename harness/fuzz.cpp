@@ -223,6 +223,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   here.options = {"--backend", bname};
   if (o.oracle != "cpu") here.options.insert(here.options.end(), {"--oracle", o.oracle});
   if (o.backend_opt.comm != "auto") here.options.insert(here.options.end(), {"--comm", o.backend_opt.comm});
+  if (o.repeat > 1) here.options.insert(here.options.end(), {"--repeat", std::to_string(o.repeat)});
   if (o.backend_opt.exec_timeout_s != BackendOptions{}.exec_timeout_s) {
     char b[40];
     std::snprintf(b, sizeof b, "%g", o.backend_opt.exec_timeout_s);
@@ -248,6 +249,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.master_seed = o.seed;
   ctx.maxfail = o.maxfail;
   ctx.keep_worst = o.keep_worst;
+  ctx.repeat = o.repeat;
   ctx.started = utc_now();
   if (o.random) ctx.paths = paths;
 
@@ -313,7 +315,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.c = c;
     r.case_file = file;
     try {
-      r.v = run_case(c, backend, oracle.get());
+      r.v = run_case(c, backend, oracle.get(), o.repeat);
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass

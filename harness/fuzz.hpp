@@ -36,6 +36,7 @@ struct SessionOptions {
   double progress_every_s = 30;          // off a TTY: a progress line every this many seconds (0 = none)
   int64_t maxfail = 0;                   // --maxfail N: stop after N failing cases (0 = never)
   int64_t keep_worst = 10;               // full records of the worst passing cases (report worst_passing)
+  int repeat = 1;                        // --repeat N: backend runs per case (check/repeats.hpp)
   std::string html;                      // --html FILE ("" = none)
   std::string case_root;                 // the folder case_files came from: their JUnit names are relative to it
 };

@@ -191,6 +191,12 @@ json check_json(const TensorCheck& t) {
             {"cosine", num(t.cosine)},
             {"rmse", num(t.rmse)},
             {"compared", t.compared}};
+  if (t.repeat)
+    j["repeat"] = {{"runs", t.repeat->runs},
+                   {"deterministic", t.repeat->deterministic},
+                   {"differing", t.repeat->differing},
+                   {"spread", num(t.repeat->spread)},
+                   {"spread_ratio", num(t.repeat->spread_ratio)}};
   // The worst element of failing tensors only: a long run has tens of thousands of passing cases.
   if (t.worst && t.failed()) {
     const Location& w = *t.worst;
@@ -390,6 +396,7 @@ json context_json(const RunContext& ctx) {
   context["started"] = ctx.started;
   context["seconds"] = ctx.seconds;
   context["interrupted"] = ctx.interrupted;
+  context["repeat"] = ctx.repeat;
   return context;
 }
 

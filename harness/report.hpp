@@ -62,6 +62,7 @@ struct RunContext {
   int64_t maxfail = 0;                // --maxfail N (0 = none)
   bool maxfail_reached = false;       // the run stopped after --maxfail failing cases
   int64_t keep_worst = 10;            // full records kept for the worst passing cases by margin
+  int repeat = 1;                     // --repeat N: backend runs per case
 };
 
 // The worst margin e_f / (alpha * e_l + floor) of a checked tensor (<= 1 passes a mismatch check);

@@ -212,8 +212,6 @@ class AbsorbedOnlyBackend final : public Backend {
   std::string name() const override { return "test:absorbed-only"; }
   std::vector<Path> paths() const override { return {Path::absorbed}; }
   BackendRun run(const Case& c, const PreparedCase& pc) override {
-    const Inputs& in = pc.inputs;
-    const std::optional<TensorI>& injected = pc.injected;
     if (c.problem.path == Path::explicit_) throw Unavailable("implements the absorbed path only");
     return lowp_->run(c, pc);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "check/repeats.hpp"
 #include "core/errors.hpp"
 #include "harness/bucket.hpp"
 #include "harness/generate.hpp"
@@ -16,14 +17,14 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
-static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle);
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, int repeat);
 
 PreparedCase prepare_case(const Case& c) {
   validate(c.problem);
   return prepare(c.problem, generate_inputs(c), injected_indices(c), c.stages);
 }
 
-CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
+CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat) {
   // Only the stages the backend implements are checked; the others are named in the message.
   Case c = asked;
   std::string skipped;
@@ -44,7 +45,7 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
     }
     c.stages = kept;
   }
-  CaseVerdict v = run_case_stages(c, b, oracle);
+  CaseVerdict v = run_case_stages(c, b, oracle, repeat);
   if (!skipped.empty()) {
     const std::string note = "stages not implemented by the backend, not checked: " + skipped;
     v.message = v.message.empty() ? note : v.message + "; " + note;
@@ -52,7 +53,7 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle) {
   return v;
 }
 
-static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
+static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, int repeat) {
   const auto g0 = Clock::now();
   const PreparedCase pc = prepare_case(c);
   const double generate_s = since(g0);
@@ -91,6 +92,29 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle) {
   CaseVerdict v = judge(pc, run.result, *oracle);
   v.generate_s = generate_s;
   v.backend_s = backend_s;
+  // --repeat: the same case again; a run that throws is the case's crash, like the first one.
+  if (repeat > 1 && v.verdict != Verdict::not_run && v.verdict != Verdict::cannot_run) {
+    const std::vector<std::string> deterministic = b.deterministic();
+    int runs = 1;
+    for (int k = 2; k <= repeat; ++k) {
+      const auto tk = Clock::now();
+      BackendRun again;
+      try {
+        again = b.run(c, pc);
+      } catch (const std::exception& e) {
+        v.verdict = Verdict::fail;
+        v.stage.reset();
+        v.tensor = "-";
+        v.failure = Failure::crash;
+        v.message = "run " + std::to_string(k) + " of --repeat " + std::to_string(repeat) + ": " + e.what();
+        break;
+      }
+      v.backend_s += again.seconds > 0 ? again.seconds : since(tk);
+      ++runs;
+      check_repeat(v, run.result, again.result, deterministic);
+    }
+    v.backend_s /= runs;
+  }
   if (v.failed()) v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
   return v;
 }

@@ -17,7 +17,8 @@ PreparedCase prepare_case(const Case& c);
 // Runs case c on backend b and judges it with `oracle` (the CPU reference when null). The case must
 // be valid (InvalidInput otherwise). Backend exceptions are verdicts (crash, timeout, cannot-run),
 // never thrown. Only the case's stages among b.stages() are checked (the others are named in the
-// message); none of them is cannot-run.
-CaseVerdict run_case(const Case& c, Backend& b, Oracle* oracle = nullptr);
+// message); none of them is cannot-run. repeat > 1 runs the backend that many times and holds the
+// later runs against the first (check/repeats.hpp); backend_s is then the mean of the runs.
+CaseVerdict run_case(const Case& c, Backend& b, Oracle* oracle = nullptr, int repeat = 1);
 
 }  // namespace dsa

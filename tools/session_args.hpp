@@ -29,7 +29,7 @@ inline CLI::Option* add_comm_flag(CLI::App& app, std::string& comm) {
 
 struct SessionFlags {
   std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", report, junit;
-  std::string html, maxfail = "0", keep_worst = "10", progress_every = "30";
+  std::string html, maxfail = "0", keep_worst = "10", progress_every = "30", repeat = "1";
   bool require_device = false, quiet = false, verbose = false;
   LimitFlags limits;
 };
@@ -55,6 +55,11 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
             "FILE");
   add_value(app, "--maxfail", f.maxfail, "stop after N failing cases, the report written (0: never)", "N")
       ->check(integer_at_least(0));
+  add_value(app, "--repeat", f.repeat,
+            "run the backend N times per case: tensors it declares deterministic must keep their bits, the "
+            "others stay within tolerance of the first run (failure class nondeterministic)",
+            "N")
+      ->check(integer_at_least(1));
   add_value(app, "--keep-worst", f.keep_worst, "keep the full records of the N passing cases of worst margin", "N")
       ->check(integer_at_least(0));
   add_value(app, "--progress-every", f.progress_every,
@@ -78,6 +83,7 @@ inline SessionOptions session_options(const SessionFlags& f, const std::string& 
   o.html = f.html;
   o.maxfail = parse_int(f.maxfail, "--maxfail");
   o.keep_worst = parse_int(f.keep_worst, "--keep-worst");
+  o.repeat = static_cast<int>(std::min<int64_t>(parse_int(f.repeat, "--repeat"), 1 << 20));
   require(!(f.quiet && f.verbose), "-q", "give either -q or -v, not both");
   o.output = f.quiet ? -1 : f.verbose ? 1 : 0;
   o.progress_every_s = parse_double(f.progress_every, "--progress-every");

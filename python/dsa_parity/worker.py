@@ -6,7 +6,8 @@ user's code runs, so a stray print cannot corrupt the protocol).
 
     harness -> {"type": "hello", "protocol": 2, "session": DIR, "catalogue": DIR/catalogue.json}
     worker  -> {"type": "capabilities", "protocol": 2, "name": .., "stages": [..], "dtypes": [..],
-                "cp": bool, "max_tokens": N, "paths": ["absorbed", "explicit"]}
+                "cp": bool, "max_tokens": N, "paths": ["absorbed", "explicit"],
+                "deterministic": [result tensor names]}   (optional: what --repeat holds to its bits)
     harness -> {"type": "run", "id": N, "folder": FOLDER}   (case.json, layout.json, inputs.safetensors)
     worker  -> {"type": "done", "id": N}                     (FOLDER/outputs.safetensors written)
              | {"type": "cannot_run", "id": N, "reason": ..}
@@ -42,17 +43,20 @@ class CannotRun(Exception):
 
 class Capabilities:
     def __init__(self, name="python", stages=None, dtypes=("F32", "F64", "I32", "I64"), cp=True,
-                 max_tokens=1 << 20, paths=("absorbed", "explicit")):
+                 max_tokens=1 << 20, paths=("absorbed", "explicit"), deterministic=()):
         self.name = name
         self.stages = list(stages or ALL_STAGES)
         self.dtypes = list(dtypes)
         self.cp = bool(cp)
         self.max_tokens = int(max_tokens)
         self.paths = list(paths)
+        # Result tensors promised bitwise reproducible run to run (dsa-parity --repeat checks them).
+        self.deterministic = list(deterministic)
 
     def message(self):
         return {"type": "capabilities", "protocol": PROTOCOL, "name": self.name, "stages": self.stages,
-                "dtypes": self.dtypes, "cp": self.cp, "max_tokens": self.max_tokens, "paths": self.paths}
+                "dtypes": self.dtypes, "cp": self.cp, "max_tokens": self.max_tokens, "paths": self.paths,
+                "deterministic": self.deterministic}
 
 
 class Case:

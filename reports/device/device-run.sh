@@ -10,7 +10,7 @@
 # cases (replay of the case files under CASES, e.g. a carried scratch folder), mutant (the kernel mutants
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
-# while warm).
+# while warm). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}
@@ -59,6 +59,10 @@ for stage in $STAGES; do
       DSA_TORCH_DEVICE=cuda PYTHONPATH=python timeout 200 ./build/dsa-parity fuzz --backend \
         exec2:"python3 -m dsa_parity.examples.torch_reference" --profile smoke --cases 40 --corpus none --seed $SEED \
         --report $OUT/fuzz-torch-cuda.json > $OUT/fuzz-torch-cuda.log 2>&1; echo "exit $?"; tail -5 $OUT/fuzz-torch-cuda.log ;;
+    repeat)
+      ./build/dsa-parity fuzz --backend cuda --oracle gpu --profile nightly --seed $SEED --time-budget ${REPEAT_S:-90} \
+        --repeat ${REPEAT:-20} --corpus none --report $OUT/fuzz-repeat.json > $OUT/fuzz-repeat.log 2>&1; echo "exit $?"
+      tail -4 $OUT/fuzz-repeat.log ;;
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
       tail -6 $OUT/replay.log ;;
