@@ -465,9 +465,9 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
       with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--report", "--junit", "--require-device",
                     "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose"});
   EXPECT_EQ(registered.at("fuzz"),
-            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink"}));
+            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink", "--shard"}));
   EXPECT_EQ(registered.at("repro"), with(session, {}));
-  EXPECT_EQ(registered.at("replay"), with(session, {}));
+  EXPECT_EQ(registered.at("replay"), with(session, {"--shard"}));
   EXPECT_EQ(registered.at("shrink"), with(limits, {"--backend", "--out", "--time-budget", "--comm"}));
   EXPECT_EQ(registered.at("export"), with(limits, {"--out"}));
   EXPECT_EQ(registered.at("exec-worker"), with(limits, {"--backend"}));
