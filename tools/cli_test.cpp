@@ -31,10 +31,7 @@ const std::string kSource = DSA_SOURCE_DIR;
 
 std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
+using cli_testing::Outcome;
 
 std::string slurp(const std::string& path) { return cli_testing::slurp(path); }
 
@@ -42,14 +39,7 @@ std::string scratch() { return cli_testing::scratch("dsa-cli"); }
 
 // Runs `dsa-parity ARGS` (a shell fragment) in folder dir; raw: ARGS is the whole command line.
 Outcome dsa(const std::string& args, const std::string& dir, bool raw = false) {
-  const std::string err = dir + "/stderr.txt";
-  const cli_testing::ShellRun run =
-      cli_testing::run_shell("cd " + q(dir) + " && " + (raw ? "" : q(kBin) + " ") + args + " 2>" + q(err));
-  Outcome r;
-  r.code = run.code;
-  r.out = run.out;
-  r.err = slurp(err);
-  return r;
+  return cli_testing::run_in(dir, (raw ? "" : q(kBin) + " ") + args);
 }
 
 json read_json(const std::string& path) {
@@ -468,6 +458,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
             with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink", "--shard"}));
   EXPECT_EQ(registered.at("repro"), with(session, {}));
   EXPECT_EQ(registered.at("replay"), with(session, {"--shard"}));
+  EXPECT_EQ(registered.at("merge"), with({}, {"--out", "--junit", "--html", "--keep-worst"}));
   EXPECT_EQ(registered.at("shrink"), with(limits, {"--backend", "--out", "--time-budget", "--comm"}));
   EXPECT_EQ(registered.at("export"), with(limits, {"--out"}));
   EXPECT_EQ(registered.at("exec-worker"), with(limits, {"--backend"}));
