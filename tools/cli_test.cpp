@@ -237,6 +237,7 @@ TEST(Cli, ReproPrintsEveryCheckedTensor) {
   EXPECT_EQ(rep["cases"][0]["failure"]["tensor"], "dq_I");
   EXPECT_EQ(rep["cases"][0]["failure"]["class"], "mismatch");
   EXPECT_EQ(rep["context"]["command"], "repro");
+  EXPECT_EQ(rep["cases"][0]["name"], "relu_derivative_at_zero.json");  // its JUnit name: no machine path
 }
 
 TEST(Cli, ShrinkWritesASmallerCaseThatStillFails) {
