@@ -69,6 +69,17 @@ void Coverage::add(const Case& c) {
   st["straddling"] += straddles_ranks(p);
 }
 
+void Coverage::merge(const Coverage& o) {
+  cases += o.cases;
+  production_widths += o.production_widths;
+  small_widths += o.small_widths;
+  sparse += o.sparse;
+  dense += o.dense;
+  for (auto [h, n] : o.heads) heads[h] += n;
+  for (auto [s, n] : o.cp) cp[s] += n;
+  for (auto& [k, n] : o.structures) structures[k] += n;
+}
+
 int64_t Coverage::production_heads() const {
   int64_t n = 0;
   for (auto [h, k] : heads) n += (h == 64 || h == 128) ? k : 0;
@@ -92,6 +103,19 @@ nlohmann::json to_json(const Coverage& c) {
           {"production_heads", c.production_heads()},
           {"cp", cp},
           {"structures", c.structures}};
+}
+
+Coverage coverage_from_json(const nlohmann::json& j) {
+  Coverage c;
+  c.cases = j.at("cases").get<int64_t>();
+  c.production_widths = j.at("widths").at("production").get<int64_t>();
+  c.small_widths = j.at("widths").at("small").get<int64_t>();
+  c.sparse = j.at("regime").at("sparse").get<int64_t>();
+  c.dense = j.at("regime").at("dense").get<int64_t>();
+  for (auto& [h, n] : j.at("heads").items()) c.heads[std::stoll(h)] = n.get<int64_t>();
+  for (auto& [s, n] : j.at("cp").items()) c.cp[std::stoll(s)] = n.get<int64_t>();
+  for (auto& [k, n] : j.at("structures").items()) c.structures[k] = n.get<int64_t>();
+  return c;
 }
 
 std::string coverage_line(const Coverage& c) {

@@ -37,14 +37,17 @@ struct Coverage {
   std::map<std::string, int64_t> structures;  // hot_keys, duplicate_indices, short_of_k, all_padding_rank, straddling
 
   void add(const Case& c);
+  // Adds the counts of other cases (dsa-parity merge: another shard of the run).
+  void merge(const Coverage& other);
   // Cases with H ∈ {64, 128}.
   int64_t production_heads() const;
 };
 
 Coverage coverage_of(const std::vector<Case>& cases);
 
-// The report context's `coverage` object (reports/schema/report.schema.json).
+// The report summary's `coverage` object (reports/schema/report.schema.json), and back.
 nlohmann::json to_json(const Coverage& c);
+Coverage coverage_from_json(const nlohmann::json& j);
 
 // One stdout line, e.g. "coverage: 400 cases; widths production 140 (35%) small 260; H 64|128
 // 140 (35%) [H 1:20 ...]; sparse 140 (35%) dense 260; cp 1:80 2:80 ...; hot_keys 90 ...".

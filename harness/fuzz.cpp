@@ -75,13 +75,15 @@ std::string output_dir(const std::string& report) {
   return (p.parent_path() / (p.stem().string() + "-cases")).string();
 }
 
-std::string run_id(uint64_t seed) {
+std::string run_id(uint64_t seed, const Shard& shard) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return std::string(buf) + "-" + std::to_string(getpid()) + "-seed" + std::to_string(seed);
+  std::string id = std::string(buf) + "-" + std::to_string(getpid()) + "-seed" + std::to_string(seed);
+  if (shard.sharded()) id += "-shard" + std::to_string(shard.index) + "of" + std::to_string(shard.count);
+  return id;
 }
 
 namespace {
@@ -146,13 +148,23 @@ ProfileDefaults checked_defaults(const SessionOptions& o) {
 
 // The header line of the random stage: which cases it draws, and from which MLA paths, so that a
 // run restricted to fewer paths than a case can take says so before its first case.
-void print_random_header(const SessionOptions& o, const std::string& bname, const std::vector<Path>& paths) {
+void print_random_header(const SessionOptions& o, const std::string& bname, const std::vector<Path>& paths,
+                         std::optional<int64_t> random_cases) {
   std::string restriction;
   if (paths.size() < all_paths().size())
     restriction = o.paths ? " (--path " + paths_text(paths) + ")"
                           : " (backend " + bname + " implements " + paths_text(paths) + " only)";
-  std::printf("random cases: profile %s, seed %llu, paths %s%s\n", o.profile.c_str(), (unsigned long long)o.seed,
-              paths_text(paths).c_str(), restriction.c_str());
+  // A shard names the case numbers it runs: they are those of the unsharded run.
+  std::string shard;
+  if (o.shard.sharded()) {
+    const std::string which = "i % " + std::to_string(o.shard.count) + " == " + std::to_string(o.shard.index);
+    shard = ", shard " + o.shard.text() + ": case numbers " +
+            (random_cases ? "i < " + std::to_string(*random_cases) + " with " + which + " (" +
+                                std::to_string(o.shard.share(*random_cases)) + " of " + std::to_string(*random_cases) + ")"
+                          : which + " until the time budget");
+  }
+  std::printf("random cases: profile %s, seed %llu, paths %s%s%s\n", o.profile.c_str(), (unsigned long long)o.seed,
+              paths_text(paths).c_str(), restriction.c_str(), shard.c_str());
   std::fflush(stdout);
 }
 
@@ -198,7 +210,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   const std::string bname = backend.name();
   // The files of this run (failing cases, shrunk mutant cases) go into a folder of its own, so
   // that concurrent runs never share one.
-  const std::string out_dir = (fs::path(output_dir(o.report)) / run_id(o.seed)).string();
+  const std::string out_dir = (fs::path(output_dir(o.report)) / run_id(o.seed, o.shard)).string();
   // The paths random cases take (and, under fuzz, the corpus cases selected below).
   const std::vector<Path> paths = session_paths(o.paths, backend);
 
@@ -251,25 +263,40 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.keep_worst = o.keep_worst;
   ctx.repeat = o.repeat;
   ctx.started = utc_now();
+  ctx.shard = o.shard;
   if (o.random) ctx.paths = paths;
 
   // fuzz selects its corpus by path as it draws its random cases: a corpus case of a path the run
   // does not draw is not selected (listed on stdout and in the report, never run, never a pass).
-  // replay and repro run every file they are given.
-  std::vector<std::pair<std::string, Case>> files;
+  // replay and repro run every file they are given. Every file is read, whatever the shard, so that
+  // each case gets the number the unsharded run gives it (the selected files in order, then the
+  // random cases) and every shard lists the same files not selected; a shard runs the files at
+  // positions j % N == I of the list.
+  struct CaseFile {
+    std::string file;
+    Case c;
+    int64_t index;  // its number in the unsharded run
+  };
+  std::vector<CaseFile> files;
   std::vector<std::string> not_selected;  // as given (stdout); the report's are relative to its folder
-  for (const auto& file : o.case_files) {
+  int64_t selected = 0;
+  for (size_t j = 0; j < o.case_files.size(); ++j) {
+    const std::string& file = o.case_files[j];
     Case c = load_case_file(file);
-    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
+    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end()) {
       not_selected.push_back(file), ctx.not_selected.push_back(in_report(file));
-    else
-      files.emplace_back(file, std::move(c));
+      continue;
+    }
+    const int64_t index = selected++;
+    if (o.shard.owns(static_cast<int64_t>(j))) files.push_back({file, std::move(c), index});
   }
+  const int64_t first_random = selected;  // random case i is case number first_random + i
 
   std::optional<int64_t> random_cases;
   if (o.random) random_cases = o.cases ? *o.cases : o.time_budget_s ? std::optional<int64_t>() : defaults.cases;
-  std::optional<int64_t> total;
-  if (!o.random || random_cases) total = static_cast<int64_t>(files.size()) + (random_cases ? *random_cases : 0);
+  std::optional<int64_t> total;  // this shard's
+  if (!o.random || random_cases)
+    total = static_cast<int64_t>(files.size()) + (random_cases ? o.shard.share(*random_cases) : 0);
   Progress progress(o.progress && !quiet, total, o.time_budget_s, o.progress_every_s);
 
   // The report and JUnit stream to disk as cases finish; only counts and bucket rows stay in
@@ -281,7 +308,6 @@ int run_session(const SessionOptions& o, Backend& backend) {
 
   RunTally tally;
   std::set<std::string> shrunk_keys;
-  int64_t next_index = 0;
   int stop_signal = 0;     // SIGINT / SIGTERM received: the run ends after what is done
   bool past_limit = false;  // the hard time limit passed
 
@@ -306,10 +332,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.v.message = b;
   };
 
-  // Runs one case and records it; false when the run must stop (a signal, the hard time limit).
-  auto run_one = [&](const Case& c, const std::string& origin, const std::string& file) {
+  // Runs case number index and records it; false when the run must stop (a signal, the hard time limit).
+  auto run_one = [&](const Case& c, const std::string& origin, const std::string& file, int64_t index) {
     CaseRecord r;
-    r.index = next_index;
+    r.index = index;
     r.origin = file.empty() ? origin : in_report(origin);
     r.name = case_name(file, c);
     r.c = c;
@@ -328,7 +354,6 @@ int run_session(const SessionOptions& o, Backend& backend) {
       unfinished(r, "stopped");
       past_limit = true;
     }
-    ++next_index;
     if (r.v.failed()) {
       if (r.case_file.empty()) {
         r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
@@ -391,17 +416,21 @@ int run_session(const SessionOptions& o, Backend& backend) {
     return !stop_signal && !past_limit && !ctx.maxfail_reached;
   };
 
-  if (o.random && !quiet) print_random_header(o, bname, paths);
+  if (o.shard.sharded() && !quiet)
+    std::printf("shard %s: %lld of the %zu case files (positions j %% %lld == %lld)\n", o.shard.text().c_str(),
+                (long long)o.shard.share(static_cast<int64_t>(o.case_files.size())), o.case_files.size(),
+                (long long)o.shard.count, (long long)o.shard.index);
+  if (o.random && !quiet) print_random_header(o, bname, paths, random_cases);
   if (!quiet)
     for (const auto& file : not_selected)
     std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
   bool go = !(stop_signal = interrupt::pending());
-  for (auto& [file, c] : files) {
+  for (auto& [file, c, index] : files) {
     if (!go) break;
     if (hard_limit_s && elapsed() >= *hard_limit_s) past_limit = true;
     if (past_limit) {  // corpus cases always start, unless the hard limit has passed: listed, not run
       CaseRecord r;
-      r.index = next_index++;
+      r.index = index;
       r.origin = in_report(file);
       r.name = case_name(file, c);
       r.c = c;
@@ -410,14 +439,16 @@ int run_session(const SessionOptions& o, Backend& backend) {
       record(r);
       continue;
     }
-    go = run_one(c, file, file);
+    go = run_one(c, file, file, index);
   }
   if (o.random && go && !past_limit) {
-    for (int64_t i = 0;; ++i) {
+    // This shard's random cases: i = I, I + N, ... (all of them under --shard 0/1).
+    for (int64_t i = o.shard.index;; i += o.shard.count) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
       if (!run_one(random_case(o.profile, o.seed, i, paths),
-                   "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), ""))
+                   "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
+                   first_random + i))
         break;
     }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/backend.hpp"
+#include "harness/shard.hpp"
 
 namespace dsa {
 
@@ -39,6 +40,10 @@ struct SessionOptions {
   int repeat = 1;                        // --repeat N: backend runs per case (check/repeats.hpp)
   std::string html;                      // --html FILE ("" = none)
   std::string case_root;                 // the folder case_files came from: their JUnit names are relative to it
+  // --shard I/N (harness/shard.hpp): this job runs case_files[j] for j % N == I and the random
+  // cases i < cases (the total over all shards) with i % N == I. Every case keeps the number the
+  // unsharded run gives it (report index, case-<index>.json), so the shards' reports merge into it.
+  Shard shard;
 };
 
 struct ProfileDefaults {
@@ -60,8 +65,8 @@ std::vector<std::string> corpus_files(const std::string& dir, const std::string&
 // report (<report without .json>-cases/), else ./dsa-parity-out/. A run writes into a folder of
 // its own below it, <output_dir>/<run_id>/, so that concurrent runs never share a file.
 std::string output_dir(const std::string& report);
-// UTC time, pid and seed: 20261203T081500Z-12345-seed7.
-std::string run_id(uint64_t seed);
+// UTC time, pid and seed: 20261203T081500Z-12345-seed7; a shard's ends in -shard1of4.
+std::string run_id(uint64_t seed, const Shard& shard = {});
 
 // fuzz --path: absorbed | explicit | any (both) | auto (nullopt: what the backend implements).
 // Throws InvalidInput("--path", ...) for any other value.

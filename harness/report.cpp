@@ -139,15 +139,21 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// The largest margin of a record's checked tensors (-1 when none was compared).
+// The JUnit name of a case read from a file (its path in the corpus) cannot be derived from the
+// case: records keep it, so that a report read back (dsa-parity merge) names it the same. A random
+// case's name is derived from the case (random_case_name) and is not written.
+void put_name(json& j, const CaseRecord& r) {
+  if (!r.name.empty() && r.name != random_case_name(r.c)) j["name"] = r.name;
+}
+
+}  // namespace
+
 double record_margin(const CaseVerdict& v) {
   double m = -1;
   for (auto& t : v.checks)
     if (t.status != CheckStatus::not_checked) m = std::max(m, margin_of(t));
   return m;
 }
-
-}  // namespace
 
 double margin_of(const TensorCheck& t) {
   const double d = t.alpha * t.e_l + t.floor;
@@ -241,6 +247,7 @@ json record_json(const CaseRecord& r) {
   } else {
     j["shrunk"] = nullptr;
   }
+  put_name(j, r);
   return j;
 }
 
@@ -276,16 +283,17 @@ json compact_record_json(const CaseRecord& r) {
   json margins = json::object();
   for (auto& t : r.v.checks)
     if (t.status != CheckStatus::not_checked) margins[t.tensor] = rounded(margin_of(t), 3);
-  return {{"index", r.index},
-          {"origin", text::safe(r.origin, 300)},
-          {"description", describe(r.c)},
-          {"verdict", name(r.v.verdict)},
-          {"compact", true},
-          {"case", c},
-          {"timings", {{"generate_s", rounded(r.v.generate_s, 3)}, {"backend_s", rounded(r.v.backend_s, 3)},
-                       {"oracle_s", rounded(r.v.oracle_s, 3)},
-                       {"compare_s", rounded(r.v.compare_s, 3)}}},
-          {"margins", margins}};
+  json j = {{"index", r.index},
+            {"origin", text::safe(r.origin, 300)},
+            {"description", describe(r.c)},
+            {"verdict", name(r.v.verdict)},
+            {"compact", true},
+            {"case", c},
+            {"timings", {{"generate_s", rounded(r.v.generate_s, 3)}, {"backend_s", rounded(r.v.backend_s, 3)},
+                         {"oracle_s", rounded(r.v.oracle_s, 3)}, {"compare_s", rounded(r.v.compare_s, 3)}}},
+            {"margins", margins}};
+  put_name(j, r);
+  return j;
 }
 
 json report_record_json(const CaseRecord& r) {
@@ -293,24 +301,39 @@ json report_record_json(const CaseRecord& r) {
   return r.v.verdict == Verdict::pass && !r.unfinished && !r.v.oracles_disagree() ? compact_record_json(r) : record_json(r);
 }
 
+namespace {
+// Worse: a larger margin, or the same margin at an earlier case (so that the N kept do not depend on
+// the order the cases come in: a merge offers them shard by shard).
+bool worse(double m, int64_t i, double than_m, int64_t than_i) { return m > than_m || (m == than_m && i < than_i); }
+}  // namespace
+
+bool WorstPassing::kept(double margin, int64_t index) const {
+  if (n_ <= 0) return false;
+  return static_cast<int64_t>(heap_.size()) < n_ || worse(margin, index, heap_.front().margin, heap_.front().index);
+}
+
 void WorstPassing::add(const CaseRecord& r) {
-  if (n_ <= 0 || r.v.verdict != Verdict::pass) return;
+  if (r.v.verdict != Verdict::pass) return;
   const double m = record_margin(r.v);
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first; };  // min-heap on margin
+  if (kept(m, r.index)) add(m, r.index, record_json(r));  // the full record only when it stays
+}
+
+void WorstPassing::add(double margin, int64_t index, const json& full_record) {
+  if (!kept(margin, index)) return;
+  auto cmp = [](const Entry& a, const Entry& b) { return worse(a.margin, a.index, b.margin, b.index); };
   if (static_cast<int64_t>(heap_.size()) >= n_) {
-    if (!(m > heap_.front().first)) return;
     std::pop_heap(heap_.begin(), heap_.end(), cmp);
     heap_.pop_back();
   }
-  heap_.emplace_back(m, record_json(r).dump(-1, ' ', false, json::error_handler_t::replace));
+  heap_.push_back({margin, index, full_record.dump(-1, ' ', false, json::error_handler_t::replace)});
   std::push_heap(heap_.begin(), heap_.end(), cmp);
 }
 
 json WorstPassing::sorted() const {
   auto v = heap_;
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return worse(a.margin, a.index, b.margin, b.index); });
   json a = json::array();
-  for (auto& [m, text] : v) a.push_back(json::parse(text));
+  for (auto& e : v) a.push_back(json::parse(e.record));
   return a;
 }
 
@@ -336,36 +359,26 @@ void RunTally::add(const CaseRecord& r) {
   }
   for (auto& t : r.v.checks) {
     if (t.status == CheckStatus::not_checked) continue;
-    auto m = std::find_if(margins.begin(), margins.end(),
-                          [&](auto& e) { return e.tensor == t.tensor && e.stage == name(t.stage); });
-    if (m == margins.end()) {
-      margins.push_back(Margin{name(t.stage), t.tensor, "", "", -1, -1});
-      m = margins.end() - 1;
-    }
+    Margin& m = margin_row(name(t.stage), t.tensor);
     const double x = margin_of(t);
-    if (m->case_index < 0 || x > m->worst) {
-      m->worst = x;
-      m->case_index = r.index;
-      m->description = describe(r.c);
-      m->where = where_of(t);
+    if (m.case_index < 0 || x > m.worst) {
+      m.worst = x;
+      m.case_index = r.index;
+      m.description = describe(r.c);
+      m.where = where_of(t);
     }
   }
   if (!r.v.failed()) return;
-  auto it = std::find_if(index_.begin(), index_.end(), [&](auto& e) { return e.first == r.v.bucket; });
-  if (it == index_.end()) {
-    index_.emplace_back(r.v.bucket, buckets.size());
-    Bucket b;
-    b.bucket = r.v.bucket;
+  bool added = false;
+  Bucket& b = bucket_row(r.v.bucket, added);
+  if (added) {
     b.first_case = r.index;
     b.repro = r.repro;
     b.repro_here = r.repro_here.empty() ? r.repro : r.repro_here;
     b.stage = r.v.stage_name();
     b.tensor = r.v.tensor;
     b.failure_class = name(r.v.failure);
-    buckets.push_back(std::move(b));
-    it = index_.end() - 1;
   }
-  Bucket& b = buckets[it->second];
   ++b.count;
   const std::vector<std::string> tags = feature_tags(r.c);
   if (tags.empty()) ++b.tags["plain"];
@@ -382,8 +395,77 @@ RunTally RunTally::of(const std::vector<CaseRecord>& records) {
   return t;
 }
 
+RunTally::Margin& RunTally::margin_row(const std::string& stage, const std::string& tensor) {
+  auto m = std::find_if(margins.begin(), margins.end(), [&](auto& e) { return e.tensor == tensor && e.stage == stage; });
+  if (m != margins.end()) return *m;
+  margins.push_back(Margin{stage, tensor, "", "", -1, -1});
+  return margins.back();
+}
+
+RunTally::Bucket& RunTally::bucket_row(const std::string& bucket, bool& added) {
+  auto it = std::find_if(index_.begin(), index_.end(), [&](auto& e) { return e.first == bucket; });
+  added = it == index_.end();
+  if (!added) return buckets[it->second];
+  index_.emplace_back(bucket, buckets.size());
+  Bucket b;
+  b.bucket = bucket;
+  buckets.push_back(std::move(b));
+  return buckets.back();
+}
+
+void RunTally::merge(const RunTally& o) {
+  cases += o.cases;
+  passed += o.passed;
+  failed += o.failed;
+  not_run += o.not_run;
+  cannot_run += o.cannot_run;
+  unfinished += o.unfinished;
+  not_checked_tensors += o.not_checked_tensors;
+  not_checked_cases += o.not_checked_cases;
+  case_seconds += o.case_seconds;
+  generate_s += o.generate_s, backend_s += o.backend_s, oracle_s += o.oracle_s, compare_s += o.compare_s;
+  merge_agreement(oracle_agreement, o.oracle_agreement);
+  if (o.oracle_disagreements && (oracle_disagreements == 0 || o.first_disagreement < first_disagreement))
+    first_disagreement = o.first_disagreement;
+  oracle_disagreements += o.oracle_disagreements;
+  coverage.merge(o.coverage);
+  for (const Margin& m : o.margins) add_margin(m);
+  for (const Bucket& b : o.buckets) add_bucket(b);
+}
+
+void RunTally::add_margin(const Margin& x) {
+  if (x.case_index < 0) return;
+  Margin& m = margin_row(x.stage, x.tensor);
+  // add() keeps the first case that reaches the worst: on a tie, the lower case index.
+  if (m.case_index < 0 || x.worst > m.worst || (x.worst == m.worst && x.case_index < m.case_index)) m = x;
+}
+
+void RunTally::add_bucket(const Bucket& x) {
+  bool added = false;
+  Bucket& b = bucket_row(x.bucket, added);
+  if (added) {
+    b = x;
+  } else {
+    // The earlier first case gives the row (its repro, stage, tensor and class), as add() would.
+    const Bucket& first = x.first_case < b.first_case ? x : b;
+    const Bucket& second = &first == &x ? b : x;
+    Bucket m = first;
+    m.count = b.count + x.count;
+    for (auto& [tag, n] : second.tags) m.tags[tag] += n;
+    if (m.shrunk_file.empty()) {  // the shrunk file of the earliest side that has one
+      m.shrunk_file = second.shrunk_file;
+      m.shrunk_here = second.shrunk_here;
+    }
+    b = std::move(m);
+  }
+  // In order of first appearance (first case), as add() keeps them.
+  std::stable_sort(buckets.begin(), buckets.end(), [](const Bucket& p, const Bucket& q) { return p.first_case < q.first_case; });
+  index_.clear();
+  for (size_t i = 0; i < buckets.size(); ++i) index_.emplace_back(buckets[i].bucket, i);
+}
+
 json context_json(const RunContext& ctx) {
-  json context = environment_json();
+  json context = ctx.environment.is_null() ? environment_json() : ctx.environment;
   context["tool"] = "dsa-parity";
   context["command"] = ctx.command;
   context["arguments"] = ctx.arguments;
@@ -397,6 +479,9 @@ json context_json(const RunContext& ctx) {
   context["seconds"] = ctx.seconds;
   context["interrupted"] = ctx.interrupted;
   context["repeat"] = ctx.repeat;
+  // Only a sharded run says so: --shard 0/1 writes what a run without the flag writes.
+  if (ctx.shard.sharded()) context["shard"] = {{"index", ctx.shard.index}, {"count", ctx.shard.count}};
+  if (!ctx.merged.is_null()) context["merged"] = ctx.merged;
   return context;
 }
 
@@ -826,9 +911,17 @@ ReportStream::ReportStream(const std::string& path, const RunContext& ctx, bool 
 }
 
 void ReportStream::add(const CaseRecord& r) {
-  file_.write((first_ ? "\n" : ",\n") + dump(report_record_json(r), indent_));
-  first_ = false;
+  add_record(report_record_json(r));
   worst_.add(r);
+}
+
+void ReportStream::add_record(const json& record) {
+  file_.write((first_ ? "\n" : ",\n") + dump(record, indent_));
+  first_ = false;
+}
+
+void ReportStream::offer_worst(double margin, int64_t index, const json& full_record) {
+  worst_.add(margin, index, full_record);
 }
 
 void ReportStream::finish(const RunContext& ctx, const RunTally& t) {

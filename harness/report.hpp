@@ -16,6 +16,7 @@
 #include "harness/case.hpp"
 #include "harness/coverage.hpp"
 #include "harness/run_case.hpp"
+#include "harness/shard.hpp"
 
 namespace dsa {
 
@@ -63,11 +64,18 @@ struct RunContext {
   bool maxfail_reached = false;       // the run stopped after --maxfail failing cases
   int64_t keep_worst = 10;            // full records kept for the worst passing cases by margin
   int repeat = 1;                     // --repeat N: backend runs per case
+  Shard shard;                        // --shard I/N (written as context.shard when N > 1)
+  // The context fields of the machine the cases ran on (environment_json()); null: this process's,
+  // captured when the context is written. A merged report keeps its shards'.
+  nlohmann::json environment;
+  nlohmann::json merged;              // dsa-parity merge: the shard reports it came from (null: none)
 };
 
 // The worst margin e_f / (alpha * e_l + floor) of a checked tensor (<= 1 passes a mismatch check);
 // +inf when the denominator is 0 and e_f > 0.
 double margin_of(const TensorCheck& t);
+// The largest margin of a case's checked tensors (-1 when none was compared).
+double record_margin(const CaseVerdict& v);
 // "g=12 head=3 dim=7" (the worst element), "" when not located.
 std::string where_of(const TensorCheck& t);
 
@@ -122,8 +130,17 @@ struct RunTally {
 
   void add(const CaseRecord& r);
   static RunTally of(const std::vector<CaseRecord>& records);
+  // Adds the tally of other cases (another shard of the run, dsa-parity merge): counts and coverage
+  // summed, buckets re-keyed by their bucket string (counts and tags summed, the first case the
+  // lowest, kept in order of first case), each tensor's worst margin the worst of both (the lower
+  // case on a tie), as one tally over all the cases would have them.
+  void merge(const RunTally& other);
+  void add_bucket(const Bucket& b);  // one bucket row of other cases, merged as merge() does
+  void add_margin(const Margin& m);  // one tensor's worst margin over other cases, likewise
 
  private:
+  Margin& margin_row(const std::string& stage, const std::string& tensor);  // found or appended
+  Bucket& bucket_row(const std::string& bucket, bool& added);                // found or appended (added)
   std::vector<std::pair<std::string, size_t>> index_;  // bucket -> position (few buckets: linear)
 };
 
@@ -165,10 +182,18 @@ class WorstPassing {
  public:
   explicit WorstPassing(int64_t n) : n_(n) {}
   void add(const CaseRecord& r);
-  nlohmann::json sorted() const;  // worst first
+  // A passing case's full record as a report holds it (merge: the shards' worst_passing).
+  void add(double margin, int64_t index, const nlohmann::json& full_record);
+  nlohmann::json sorted() const;  // worst first; equal margins by case index
  private:
+  bool kept(double margin, int64_t index) const;  // whether a case of this margin would be kept now
+  struct Entry {
+    double margin;
+    int64_t index;
+    std::string record;  // the full record, dumped
+  };
   int64_t n_;
-  std::vector<std::pair<double, std::string>> heap_;  // (margin, dumped full record), min-heap on margin
+  std::vector<Entry> heap_;  // the least bad on top: the next to go
 };
 
 // Refuses a --report / --junit path (InvalidInput naming flag) that is a directory or cannot be
@@ -203,7 +228,11 @@ class StreamedFile {
 class ReportStream {
  public:
   ReportStream(const std::string& path, const RunContext& ctx, bool indent);
-  void add(const CaseRecord& r);
+  void add(const CaseRecord& r);  // its record in "cases", and a candidate for "worst_passing"
+  // dsa-parity merge: a record as a report holds it, copied into "cases"; and a full record of a
+  // passing case offered for "worst_passing".
+  void add_record(const nlohmann::json& record);
+  void offer_worst(double margin, int64_t index, const nlohmann::json& full_record);
   void finish(const RunContext& ctx, const RunTally& t);
   const std::string& path() const { return file_.path(); }
 

@@ -38,6 +38,15 @@ std::string html_summary(const RunContext& ctx, const RunTally& t) {
     << ctx.exit_code << (ctx.interrupted ? ", interrupted" : "") << (ctx.maxfail_reached ? ", stopped at --maxfail" : "")
     << "</p>\n<p>seed " << ctx.master_seed << ", profile " << esc(ctx.profile) << ", oracle " << esc(ctx.oracle)
     << ", started " << esc(ctx.started) << "</p>\n";
+  // A shard, or a merge of shards, says which part of the run it covers.
+  if (ctx.shard.sharded()) o << "<p>shard " << esc(ctx.shard.text()) << " of the run</p>\n";
+  if (ctx.merged.is_object()) {
+    const auto& m = ctx.merged;
+    o << "<p class=\"" << (m.value("complete", false) ? "pass" : "fail") << "\">merged from "
+      << m.value("shards", nlohmann::json::array()).size() << " of " << m.value("shard_count", 0) << " shards";
+    if (!m.value("complete", false)) o << "; missing " << esc(m.value("missing", nlohmann::json::array()).dump()) << ": partial coverage";
+    o << "</p>\n";
+  }
 
   // Margins: one bar per tensor on a log scale from 1e-4 to 1e4; the line at 1 is the pass limit.
   o << "<h2>Worst margin per tensor</h2>\n<p>e_f / (alpha e_l + floor) over the run; a tensor passes at "

@@ -12,6 +12,7 @@
 
 #include "harness/bucket.hpp"
 #include "harness/fuzz.hpp"
+#include "harness/report_read.hpp"
 #include "harness/schema_testing.hpp"
 #include "core/errors.hpp"
 
@@ -556,6 +557,111 @@ TEST(Session, RunIdNamesTimePidAndSeed) {
   EXPECT_EQ(id.substr(16), "-" + std::to_string(getpid()) + "-seed7");
   EXPECT_EQ(id[8], 'T');
   EXPECT_EQ(id[15], 'Z');
+  EXPECT_EQ(run_id(7, Shard{0, 1}).substr(16), "-" + std::to_string(getpid()) + "-seed7");
+  EXPECT_EQ(run_id(7, Shard{1, 4}).substr(16), "-" + std::to_string(getpid()) + "-seed7-shard1of4");
+}
+
+// ---- reports read back (harness/report_read.hpp), what dsa-parity merge stands on
+
+TEST(ReportRead, RecordsComeBackAsTheyWereWritten) {
+  std::vector<CaseRecord> rs = sample_records();
+  rs[3].name = "edge/x.json";  // a case file: its JUnit name cannot be derived from the case
+  for (auto& r : rs) {
+    const json full = record_json(r);
+    EXPECT_EQ(record_json(record_from_json(full)), full) << full.dump();
+  }
+  // A random case's name is derived from the case, not written; a case file's is written.
+  EXPECT_FALSE(record_json(rs[0]).contains("name"));
+  EXPECT_EQ(record_from_json(record_json(rs[0])).name, random_case_name(rs[0].c));
+  EXPECT_EQ(record_json(rs[3])["name"], "edge/x.json");
+  EXPECT_EQ(record_from_json(compact_record_json(rs[3])).name, "edge/x.json");
+  // A compact record keeps its margins: written again, it is the same record.
+  const json compact = compact_record_json(rs[0]);
+  const CaseRecord back = record_from_json(compact);
+  EXPECT_EQ(compact_record_json(back), compact);
+  EXPECT_EQ(back.v.verdict, Verdict::pass);
+  ASSERT_EQ(back.v.checks.size(), 1u);  // dq_I was not checked: compact records leave it out
+  EXPECT_EQ(back.v.checks[0].stage, Stage::attention);
+  EXPECT_EQ(record_margin(back.v), compact["margins"]["lse"].get<double>());
+  // The JUnit testcase of a record read back is the one of the record written.
+  RunContext ctx;
+  ctx.backend = "lowp";
+  for (auto& r : rs) EXPECT_EQ(junit_case_xml(ctx, record_from_json(record_json(r))), junit_case_xml(ctx, r));
+}
+
+TEST(ReportRead, TalliesOfShardsMergeIntoTheTallyOfTheWholeRun) {
+  std::vector<CaseRecord> rs = sample_records();
+  CaseRecord other = rs[2];  // a second bucket, first seen in the second half
+  other.index = 4;
+  other.v.bucket = make_bucket("lowp", "loss", "kl", Failure::nan);
+  other.v.failure = Failure::nan;
+  rs.push_back(other);
+  RunContext ctx;
+  ctx.exit_code = 1;
+  const json whole = summary_json(ctx, RunTally::of(rs));
+  // The summary read back is the same summary.
+  EXPECT_EQ(summary_json(ctx, tally_from_json(whole)), whole);
+  // Cases i % 2 == 0 and i % 2 == 1 (shards 0/2 and 1/2), merged in either order.
+  std::vector<CaseRecord> even, odd;
+  for (auto& r : rs) (r.index % 2 ? odd : even).push_back(r);
+  const json a = summary_json(ctx, RunTally::of(even)), b = summary_json(ctx, RunTally::of(odd));
+  for (bool a_first : {true, false}) {
+    RunTally m = tally_from_json(a_first ? a : b);
+    m.merge(tally_from_json(a_first ? b : a));
+    EXPECT_EQ(summary_json(ctx, m), whole) << "a first: " << a_first;
+  }
+  ASSERT_EQ(whole["buckets"].size(), 2u);
+  EXPECT_EQ(whole["buckets"][0]["count"], 2);
+  EXPECT_EQ(whole["buckets"][0]["first_case"], 1);
+  EXPECT_EQ(whole["buckets"][0]["shrunk_file"], "out/shrunk.json");  // case 1's, in the odd half
+}
+
+TEST(ReportRead, WorstPassingKeepsTheSameCasesWhateverTheOrder) {
+  const std::vector<std::pair<double, int64_t>> offered = {{0.5, 3}, {0.5, 1}, {0.7, 2}, {0.5, 0}, {0.1, 4}};
+  for (bool reversed : {false, true}) {
+    WorstPassing w(2);
+    auto order = offered;
+    if (reversed) std::reverse(order.begin(), order.end());
+    for (auto [m, i] : order) w.add(m, i, json{{"index", i}});
+    std::vector<int64_t> kept;
+    for (auto& r : w.sorted()) kept.push_back(r["index"].get<int64_t>());
+    EXPECT_EQ(kept, (std::vector<int64_t>{2, 0})) << "reversed: " << reversed;  // ties: the earlier case
+  }
+}
+
+TEST(ReportRead, RefusesWhatIsNotAReportNamingTheFile) {
+  const std::string d = scratch_dir();
+  RunContext ctx;
+  ctx.command = "fuzz";
+  json good = report_json(ctx, sample_records());
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(d + "/" + name) << text;
+    return d + "/" + name;
+  };
+  const std::string ok = write("ok.json", good.dump());
+  EXPECT_EQ(dsa::read_report(ok, ok), good);
+  json v2 = good;
+  v2["schema"] = "dsa-parity/report/v2";
+  const std::pair<std::string, std::string> bad[] = {
+      {write("truncated.json", good.dump().substr(0, 100)), "is not valid JSON"},
+      {write("duplicate.json", R"({"schema": "dsa-parity/report/v1", "schema": "x"})"), "is not valid JSON"},
+      {write("array.json", "[1, 2]"), "is not a dsa-parity report"},
+      {write("case.json", to_json(small_case()).dump()), "is not a dsa-parity report"},
+      {write("v2.json", v2.dump()), "this dsa-parity reads dsa-parity/report/v1 reports only"},
+      {write("nocases.json", R"({"schema": "dsa-parity/report/v1", "context": {}, "summary": {}})"), "no \"cases\""},
+      {d + "/missing.json", "does not exist"},
+      {d, "is not a regular file"},
+  };
+  for (auto& [path, rule] : bad) {
+    try {
+      dsa::read_report(path, path);
+      ADD_FAILURE() << path << " was read";
+    } catch (const InvalidInput& e) {
+      EXPECT_EQ(e.field.rfind(path, 0), 0u) << e.what();
+      EXPECT_NE(e.rule.find(rule), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(d);
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ int64_t extras(const Case& c) {
   const InitSpec& i = c.init;
   const Problem& p = c.problem;
   int64_t n = static_cast<int64_t>(c.stages.size());
-  for (bool f : {i.score_ties, i.zero_rows, i.large_logits, i.huge_future_k_I, i.poison_pad_keys, i.inject_indices})
+  for (bool f : {i.score_ties, i.zero_rows, i.large_logits, i.huge_future_k_I, i.poison_pad_keys, i.inject_indices,
+                 i.hot_keys, i.duplicate_indices})
     n += f;
   n += i.scale != 1.0;
   n += i.distribution != "normal";
@@ -149,12 +150,15 @@ std::vector<Case> shrink_candidates(const Case& c, std::optional<Stage> failing_
     add(x);
   }
   // Fewer adversarial features, simpler policies.
-  bool InitSpec::*flags[] = {&InitSpec::inject_indices, &InitSpec::poison_pad_keys, &InitSpec::huge_future_k_I,
-                             &InitSpec::large_logits,   &InitSpec::score_ties,      &InitSpec::zero_rows};
+  bool InitSpec::*flags[] = {&InitSpec::duplicate_indices, &InitSpec::hot_keys,      &InitSpec::inject_indices,
+                             &InitSpec::poison_pad_keys,   &InitSpec::huge_future_k_I, &InitSpec::large_logits,
+                             &InitSpec::score_ties,        &InitSpec::zero_rows};
   for (auto f : flags)
     if (c.init.*f) {
       Case x = c;
       x.init.*f = false;
+      // Duplicates are made in the injected indices (case validation): they go with them.
+      if (f == &InitSpec::inject_indices) x.init.duplicate_indices = false;
       add(x);
     }
   if (c.init.scale != 1.0 || c.init.distribution != "normal") {

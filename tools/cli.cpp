@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "harness/shard.hpp"
 #include "harness/text.hpp"
 #include "tools/command.hpp"
 
@@ -178,6 +179,10 @@ CLI::Validator seconds_value() {
 
 CLI::Validator int_list_value() {
   return CLI::Validator([](std::string& s) { return rule_of([&] { parse_int_list(s, ""); }); }, "");
+}
+
+CLI::Validator shard_value() {
+  return CLI::Validator([](std::string& s) { return rule_of([&] { parse_shard(s, ""); }); }, "");
 }
 
 CLI::Option* add_value(CLI::App& app, const std::string& flag, std::string& into, const std::string& help,

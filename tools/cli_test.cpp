@@ -31,10 +31,7 @@ const std::string kSource = DSA_SOURCE_DIR;
 
 std::string q(const std::string& s) { return cli_testing::shell_quote(s); }
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
+using cli_testing::Outcome;
 
 std::string slurp(const std::string& path) { return cli_testing::slurp(path); }
 
@@ -42,14 +39,7 @@ std::string scratch() { return cli_testing::scratch("dsa-cli"); }
 
 // Runs `dsa-parity ARGS` (a shell fragment) in folder dir; raw: ARGS is the whole command line.
 Outcome dsa(const std::string& args, const std::string& dir, bool raw = false) {
-  const std::string err = dir + "/stderr.txt";
-  const cli_testing::ShellRun run =
-      cli_testing::run_shell("cd " + q(dir) + " && " + (raw ? "" : q(kBin) + " ") + args + " 2>" + q(err));
-  Outcome r;
-  r.code = run.code;
-  r.out = run.out;
-  r.err = slurp(err);
-  return r;
+  return cli_testing::run_in(dir, (raw ? "" : q(kBin) + " ") + args);
 }
 
 json read_json(const std::string& path) {
@@ -250,6 +240,7 @@ TEST(Cli, ReproPrintsEveryCheckedTensor) {
   EXPECT_EQ(rep["cases"][0]["failure"]["tensor"], "dq_I");
   EXPECT_EQ(rep["cases"][0]["failure"]["class"], "mismatch");
   EXPECT_EQ(rep["context"]["command"], "repro");
+  EXPECT_EQ(rep["cases"][0]["name"], "relu_derivative_at_zero.json");  // its JUnit name: no machine path
 }
 
 TEST(Cli, ShrinkWritesASmallerCaseThatStillFails) {
@@ -466,11 +457,12 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   };
   const std::set<std::string> session =
       with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--report", "--junit", "--require-device",
-                    "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose"});
+                    "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose", "--repeat"});
   EXPECT_EQ(registered.at("fuzz"),
-            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink"}));
+            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink", "--shard"}));
   EXPECT_EQ(registered.at("repro"), with(session, {}));
-  EXPECT_EQ(registered.at("replay"), with(session, {}));
+  EXPECT_EQ(registered.at("replay"), with(session, {"--shard"}));
+  EXPECT_EQ(registered.at("merge"), with({}, {"--out", "--junit", "--html", "--keep-worst"}));
   EXPECT_EQ(registered.at("shrink"), with(limits, {"--backend", "--out", "--time-budget", "--comm"}));
   EXPECT_EQ(registered.at("export"), with(limits, {"--out"}));
   EXPECT_EQ(registered.at("exec-worker"), with(limits, {"--backend"}));
@@ -481,7 +473,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   const std::string fuzz = dsa("help fuzz", d).out;
   for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
                             "--oracle cpu|gpu|both|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
-                            "--exec-timeout SEC=600", "--max-pairs N=2147483648"})
+                            "--exec-timeout SEC=600", "--max-pairs N=2147483648", "--repeat N=1"})
     EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
 }
 

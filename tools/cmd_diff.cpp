@@ -2,7 +2,6 @@
 // fixed (in A only) and persisting, and how each tensor's worst margin moved.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,21 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "harness/report_read.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {
 namespace {
 
 using nlohmann::json;
-
-json read_report(const std::string& path, const std::string& field) {
-  std::ifstream f(path, std::ios::binary);
-  require(f.good(), field, "cannot read '" + path + "'");
-  json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
-  require(j.is_object() && j.value("schema", "") == "dsa-parity/report/v1" && j.contains("summary"), field,
-          "'" + path + "' is not a dsa-parity/report/v1 report");
-  return j;
-}
 
 // bucket -> count. Buckets of reports written before the tags left the bucket string
 // (".../mismatch/cp+pad") are read without their tags part.
@@ -62,7 +53,7 @@ std::string text_of(double x) {
 }
 
 int run(const std::string& a_path, const std::string& b_path, bool as_json) {
-  const json ra = read_report(a_path, "A.json"), rb = read_report(b_path, "B.json");
+  const json ra = read_report(a_path, a_path), rb = read_report(b_path, b_path);
   const auto ba = buckets_of(ra), bb = buckets_of(rb);
   const auto ma = margins_of(ra), mb = margins_of(rb);
 

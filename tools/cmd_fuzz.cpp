@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "harness/fuzz.hpp"
+#include "harness/shard.hpp"
 #include "core/errors.hpp"
 #include "tools/command.hpp"
 #include "tools/session_args.hpp"
@@ -11,7 +12,7 @@ namespace {
 
 struct Flags {
   SessionFlags session;
-  std::string seed = "1", cases, time_budget, profile = "default", corpus, path = "auto";
+  std::string seed = "1", cases, time_budget, profile = "default", corpus, path = "auto", shard = "0/1";
   bool shrink = false;
 };
 
@@ -21,7 +22,8 @@ Run setup(CLI::App& app) {
   add_value(app, "--seed", f->seed, "the master seed of the random cases (any uint64, as in case files)", "S")
       ->check(uint64_value());
   CLI::Option* cases =
-      add_value(app, "--cases", f->cases, "run N random cases (default: the profile's)", "N")
+      add_value(app, "--cases", f->cases,
+                "run N random cases (default: the profile's); with --shard, N is the total over all shards", "N")
           ->check(integer_at_least(1, "must be \u2265 1 (a run of no case proves nothing)"));
   CLI::Option* budget = add_value(app, "--time-budget", f->time_budget,
                                   "run random cases until SEC seconds have passed (instead of --cases)", "SEC")
@@ -41,6 +43,9 @@ Run setup(CLI::App& app) {
             "absorbed|explicit|any|auto")
       ->check(one_of({"absorbed", "explicit", "any", "auto"}));
   add_switch(app, "--shrink", f->shrink, "shrink every failing case while its failure holds, and write it");
+  add_shard_flag(app, f->shard,
+                 "the random cases i (of --cases, or until this shard's --time-budget) and the corpus files at "
+                 "positions i");
   return [f, &app] {
     expect_no_extras(app);
     SessionOptions o = session_options(f->session, "fuzz");
@@ -52,6 +57,7 @@ Run setup(CLI::App& app) {
     if (!f->cases.empty()) o.cases = parse_int(f->cases, "--cases");
     if (!f->time_budget.empty()) o.time_budget_s = parse_double(f->time_budget, "--time-budget");
     o.shrink = f->shrink;
+    o.shard = parse_shard(f->shard);
     // The corpus is replayed first; "none" skips it. Shrunk cases of real backends go to its regressions/.
     std::string corpus = app.count("--corpus") ? f->corpus : default_corpus();
     if (corpus == "none") corpus.clear();
@@ -69,7 +75,8 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"fuzz",
                      "replay the corpus, then run seeded random cases on a backend; report every failure with a repro line",
                      "  dsa-parity fuzz --backend lowp --profile smoke --seed 1 --report r.json --junit j.xml\n"
-                     "  dsa-parity fuzz --backend cuda --require-device --time-budget 600 --shrink",
+                     "  dsa-parity fuzz --backend cuda --require-device --time-budget 600 --shrink\n"
+                     "  dsa-parity fuzz --backend lowp --profile nightly --seed 7 --cases 2000 --shard 1/4 --report r1.json",
                      setup});
 
 }  // namespace

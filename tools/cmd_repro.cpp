@@ -1,4 +1,6 @@
 // dsa-parity repro: one case file on one backend, every checked tensor's metrics printed.
+#include <filesystem>
+
 #include "harness/fuzz.hpp"
 #include "tools/command.hpp"
 #include "tools/session_args.hpp"
@@ -21,6 +23,8 @@ Run setup(CLI::App& app) {
     o.random = false;
     o.case_files = {f->file};
     corpus_files(o.case_files[0], "CASE.json");  // exists?
+    // Its JUnit name (kept in the report's record) is the file's name, not a path of this machine.
+    o.case_root = std::filesystem::path(f->file).parent_path().string();
     o.verbose = true;
     o.progress = false;
     check_required_device(f->session);

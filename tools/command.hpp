@@ -67,6 +67,7 @@ CLI::Validator integer_at_least(int64_t min_value, const std::string& rule = "")
 CLI::Validator uint64_value();
 CLI::Validator seconds_value();  // a finite number of seconds > 0
 CLI::Validator int_list_value(); // "5,11,0"
+CLI::Validator shard_value();    // "1/4" (harness/shard.hpp)
 
 // A value flag bound to into (its default shown as shown_default, or into's initial value).
 CLI::Option* add_value(CLI::App& app, const std::string& flag, std::string& into, const std::string& help,

@@ -102,6 +102,15 @@ inline void announce_backend(const SessionOptions& o) {
   std::fflush(stdout);
 }
 
+// --shard I/N (fuzz, replay; harness/shard.hpp): which of N jobs of one run this is.
+inline CLI::Option* add_shard_flag(CLI::App& app, std::string& shard, const std::string& what) {
+  return add_value(app, "--shard", shard,
+                   "run only shard I of N: " + what +
+                       " with i % N == I, numbered as in the unsharded run (dsa-parity merge joins the N reports)",
+                   "I/N")
+      ->check(shard_value());
+}
+
 // --require-device: checked once every flag is valid (bad usage stays exit 2), before the backend.
 inline void check_required_device(const SessionFlags& f) {
   if (!f.require_device || cuda_device_present()) return;

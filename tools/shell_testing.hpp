@@ -1,5 +1,5 @@
-// For the CLI tests: run a shell line as a user would, quote a path for it, read a file whole and
-// make a fresh folder per test.
+// For the CLI tests: run a shell line as a user would (in a folder, stdout and stderr apart), quote
+// a path for it, read a file whole and make a fresh folder per test.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,6 +40,18 @@ inline std::string slurp(const std::string& path) {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+struct Outcome {
+  int code = -1;         // exit status; -1 when killed by a signal
+  std::string out, err;  // stdout and stderr, apart
+};
+
+// Runs a shell line in folder dir, its stderr kept apart (in dir/stderr.txt).
+inline Outcome run_in(const std::string& dir, const std::string& line) {
+  const std::string err = dir + "/stderr.txt";
+  const ShellRun run = run_shell("cd " + shell_quote(dir) + " && " + line + " 2>" + shell_quote(err));
+  return {run.code, run.out, slurp(err)};
 }
 
 // A fresh folder per test, named prefix-pid-suite-test (ctest runs tests in parallel processes).
