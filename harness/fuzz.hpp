@@ -38,6 +38,7 @@ struct SessionOptions {
   int64_t keep_worst = 10;               // full records of the worst passing cases (report worst_passing)
   std::string html;                      // --html FILE ("" = none)
   std::string case_root;                 // the folder case_files came from: their JUnit names are relative to it
+  int world_size = 1;                    // processes of the run: the MPI world size under --comm mpi
 };
 
 struct ProfileDefaults {

@@ -366,6 +366,8 @@ json context_json(const RunContext& ctx) {
   context["started"] = ctx.started;
   context["seconds"] = ctx.seconds;
   context["interrupted"] = ctx.interrupted;
+  context["comm"] = ctx.comm;
+  context["world_size"] = ctx.world_size;
   return context;
 }
 
@@ -401,7 +403,11 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
           {"maxfail_reached", ctx.maxfail_reached},
           {"buckets", bucket_list},
           {"margins", margins},
-          {"coverage", to_json(t.coverage)}};
+          {"coverage", to_json(t.coverage)},
+          {"rank_failure", ctx.rank_failure ? json{{"rank", ctx.rank_failure->rank},
+                                                   {"how", ctx.rank_failure->how},
+                                                   {"message", ctx.rank_failure->message}}
+                                            : json(nullptr)}};
 }
 
 json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {
@@ -449,6 +455,9 @@ std::string junit_properties(const RunContext& ctx, const RunTally& t) {
   prop("not_checked_tensors", std::to_string(t.not_checked_tensors));
   prop("not_checked_cases", std::to_string(t.not_checked_cases));
   prop("seconds", number_text(ctx.seconds));
+  // --comm mpi: the rank whose failure ended the run, short (the slot is fixed; the failing
+  // testcase's message has the whole story).
+  if (ctx.rank_failure) prop("rank_failure", "rank " + std::to_string(ctx.rank_failure->rank) + " " + ctx.rank_failure->how);
   return o + "\n    ";
 }
 
@@ -574,6 +583,7 @@ std::string repro_command(const std::string& case_file, const std::string& backe
 std::string repro_line(const ReproSpec& spec, const std::string& case_file) {
   std::string o;
   for (auto& [k, v] : spec.env) o += k + "=" + shell_quote(v) + " ";
+  if (!spec.launcher.empty()) o += spec.launcher + " ";
   o += shell_quote(spec.binary) + " repro " + shell_quote(case_file);
   for (auto& opt : spec.options) o += " " + shell_quote(opt);
   return o;
