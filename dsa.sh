@@ -13,7 +13,8 @@ case "$mode" in
   *) echo "usage: ./dsa.sh test | ./dsa.sh fuzz [dsa-parity fuzz flags]" >&2; exit 2 ;;
 esac
 
-packages=(cmake make g++ libeigen3-dev nlohmann-json3-dev libvalijson-dev libgtest-dev libbenchmark-dev libcli11-dev python3 python3-numpy)
+packages=(cmake make g++ libeigen3-dev nlohmann-json3-dev libvalijson-dev libgtest-dev libbenchmark-dev libcli11-dev python3 python3-numpy
+          libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -462,7 +462,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
     return a;
   };
   const std::set<std::string> session =
-      with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--report", "--junit", "--require-device",
+      with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--rank-timeout", "--report", "--junit", "--require-device",
                     "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose"});
   EXPECT_EQ(registered.at("fuzz"),
             with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink"}));
@@ -478,7 +478,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   const std::string fuzz = dsa("help fuzz", d).out;
   for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
                             "--oracle cpu|gpu|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
-                            "--exec-timeout SEC=600", "--max-pairs N=2147483648"})
+                            "--exec-timeout SEC=600", "--rank-timeout SEC=300", "--max-pairs N=2147483648"})
     EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
 }
 
