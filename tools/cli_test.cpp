@@ -554,9 +554,15 @@ TEST(Cli, BogusEnumValuesAreExitTwoNamingTheFlag) {
       {"shrink x.json --comm x", "--comm: must be one of"},
       {"layout --seqlens 5 --layout zig", "--layout: must be one of zigzag|contiguous, got 'zig'"},
       {"bench --benchmark_format=yaml", "--benchmark_format: must be one of console|json|csv"},
-      // mpi is a known communicator, refused until MPI exists.
+#ifdef DSA_HAVE_MPI
+      // mpi runs the CPU reference backends only, one process per CP rank.
+      {"fuzz --backend cuda --comm mpi --cases 1 --corpus none", "--comm: mpi runs the CPU reference backends"},
+      {"fuzz --backend exec:true --comm mpi --cases 1 --corpus none", "--comm: mpi runs the CPU reference backends"},
+#else
+      // mpi is a known communicator, refused in a build without Open MPI.
       {"fuzz --backend lowp --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
       {"fuzz --backend cuda --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
+#endif
       // --require-device does not hide bad usage.
       {"fuzz --backend lowp --require-device --profile x", "--profile: must be one of"},
       {"fuzz --backend lowp --cases", "--cases: needs a value"},
