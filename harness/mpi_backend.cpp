@@ -219,7 +219,16 @@ void MpiBackend::wait_until(Done done, int64_t seq, const char* stage) {
       // The launcher is ending the job (SIGCONT or SIGTERM: a rank died without a word, or the
       // run was interrupted), or a user interrupted rank 0 (SIGINT). Either way the case in flight
       // is dropped and the report written at once (interrupted, exit 128 + signal), naming the
-      // ranks still awaited.
+      // ranks still awaited. After a SIGCONT there is a second before the SIGKILL: a fifth of it
+      // goes to the progress notes still on their way, so that the living ranks are seen inside
+      // the collective they wait in and the dead one is named alone.
+      if (g_launcher_ending) {
+        const auto until = Clock::now() + std::chrono::milliseconds(200);
+        while (Clock::now() < until && !done()) {
+          pump(seq);
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
       const std::vector<int> late = late_ranks(std::strcmp(stage, "agree") == 0);
       const char* what = g_launcher_ending ? "SIGCONT (the launcher is ending the job)" : sig == SIGTERM ? "SIGTERM" : "SIGINT";
       failure_ = RankFailure{late.empty() ? -1 : late.front(), "terminated",

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -45,13 +46,23 @@ Timed run_in(const std::string& dir, const std::string& line) {
   return {r.code, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
+// Open MPI's session folders of this test process: concurrent mpirun jobs sharing one (ctest -j)
+// remove it under each other ("A call to mkdir was unable to create the desired directory").
+struct SessionRoot {
+  std::string dir = "/tmp/dsa-ompi-" + std::to_string(getpid());  // short: PMIx puts sockets in it
+  SessionRoot() { fs::create_directories(dir); }
+  ~SessionRoot() { fs::remove_all(dir); }
+};
+
 // The MPI launcher, or "" when there is none. As root, Open MPI's mpirun refuses to run unless
 // told twice: the two variables go on its line.
 std::string mpirun(int np) {
+  static const SessionRoot session;
   const std::string exe = DSA_MPIEXEC;
   if (exe.empty() || access(exe.c_str(), X_OK) != 0) return "";
   const std::string root = geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
-  return root + q(exe) + " -np " + std::to_string(np) + " --oversubscribe";
+  return root + "OMPI_MCA_orte_tmpdir_base=" + q(session.dir) + " " + q(exe) + " -np " + std::to_string(np) +
+         " --oversubscribe";
 }
 
 #define REQUIRE_MPIRUN()                                                                                 \
@@ -184,20 +195,29 @@ TEST_P(RankFault, EndsTheRunWithinItsDeadlineNamingTheRank) {
   EXPECT_NE(r.code, 0) << r.out;  // never a pass
   EXPECT_LT(r.seconds, timeout + 20) << r.out;
   const std::string rank = "rank " + std::to_string(f.rank);
-  EXPECT_NE(r.out.find("stopped: " + rank + " " + f.how), std::string::npos) << r.out;
+  const bool terminated = std::string(f.how) == "terminated";
   EXPECT_NE(r.out.find(f.says), std::string::npos) << r.out;
   ASSERT_TRUE(fs::exists(d + "/r.json")) << "rank 0 wrote no report\n" << r.out;
   const json rep = report_at(d + "/r.json");
   const json& failure = rep["summary"]["rank_failure"];
   ASSERT_TRUE(failure.is_object()) << rep["summary"].dump();
-  EXPECT_EQ(failure["rank"], f.rank);
   EXPECT_EQ(failure["how"], f.how);
-  EXPECT_NE(failure["message"].get<std::string>().find(rank), std::string::npos) << failure;
+  if (terminated) {
+    // A rank that died without a word is among those rank 0 still awaited (named first when the
+    // others' progress notes came in time: usually, not on a loaded machine).
+    EXPECT_TRUE(std::regex_search(failure["message"].get<std::string>(),
+                                  std::regex("waiting for ranks? ([0-9]+, )*" + std::to_string(f.rank) + "\\b")))
+        << failure;
+  } else {
+    EXPECT_NE(r.out.find("stopped: " + rank + " " + f.how), std::string::npos) << r.out;
+    EXPECT_EQ(failure["rank"], f.rank);
+    EXPECT_NE(failure["message"].get<std::string>().find(rank), std::string::npos) << failure;
+  }
   EXPECT_NE(rep["summary"]["exit_code"], 0);
   EXPECT_EQ(rep["summary"]["passed"], rep["summary"]["cases"].get<int64_t>() - rep["summary"]["failed"].get<int64_t>());
   // The case it happened in is a failure naming the rank (a start handshake or a silent death
   // fails no case: the run ran none, or was interrupted).
-  if (std::string(f.how) != "terminated" && std::string(f.kind) != "hello") {
+  if (!terminated && std::string(f.kind) != "hello") {
     EXPECT_EQ(rep["summary"]["failed"], 1);
     const json& last = rep["cases"].back();
     EXPECT_EQ(last["verdict"], "fail");
