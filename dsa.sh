@@ -13,7 +13,8 @@ case "$mode" in
   *) echo "usage: ./dsa.sh test | ./dsa.sh fuzz [dsa-parity fuzz flags]" >&2; exit 2 ;;
 esac
 
-packages=(cmake make g++ libeigen3-dev nlohmann-json3-dev libvalijson-dev libgtest-dev libbenchmark-dev libcli11-dev python3 python3-numpy)
+packages=(cmake make g++ libeigen3-dev nlohmann-json3-dev libvalijson-dev libgtest-dev libbenchmark-dev libcli11-dev python3 python3-numpy
+          libopenmpi-dev openmpi-bin)
 # What only the tests use: CPU torch (the PyTorch example adapter) and a headless browser (the
 # --html page rendered for real). About two minutes to install on a fresh machine.
 [[ $mode == test ]] && packages+=(python3-torch chromium)

@@ -21,6 +21,12 @@ const std::vector<MutantInfo>& all_mutants() {
       {Mutant::relu_grad_one_at_zero, "relu_grad_one_at_zero", "the ReLU derivative is 1 at u = 0"},
       {Mutant::streaming_kl_drop_last_chunk, "streaming_kl_drop_last_chunk", "the streaming sparse KL skips its last chunk of rows"},
       {Mutant::topk_lowest_on_ties, "topk_lowest_on_ties", "a tied boundary slot takes the best key strictly below the tie"},
+      {Mutant::allgather_rank_order_scrambled, "allgather_rank_order_scrambled",
+       "the all-gathered key blocks are restored in the wrong rank order (rank r's block read as rank r+1's)"},
+      {Mutant::zigzag_send_halves_swapped, "zigzag_send_halves_swapped",
+       "a zigzag rank sends its key rows to the all-gather with its two chunks per sequence swapped (its query rows stay right)"},
+      {Mutant::loss_count_rank_left_out, "loss_count_rank_left_out",
+       "the last CP rank's counted rows are left out of the loss's global N (cp > 1)"},
   };
   return mutants;
 }

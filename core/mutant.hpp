@@ -24,6 +24,10 @@ enum class Mutant {
   relu_grad_one_at_zero,        // φ'(0) = 1 for ReLU
   streaming_kl_drop_last_chunk, // the streaming KL skips its last row chunk
   topk_lowest_on_ties,          // a tied boundary slot takes the best key strictly below it
+  // The exchange between CP ranks (they act the same on threads and on MPI processes):
+  allgather_rank_order_scrambled,  // the all-gathered key blocks are read in the wrong rank order
+  zigzag_send_halves_swapped,      // a zigzag rank sends its key rows with its two chunks swapped
+  loss_count_rank_left_out,        // the last rank's counted rows are left out of the loss's N
 };
 
 struct MutantInfo {

@@ -15,22 +15,37 @@ std::vector<std::string> all_result_tensors() {
 
 std::vector<std::string> Backend::deterministic() const { return all_result_tensors(); }
 
+void check_comm(const std::string& spec, const std::string& comm, bool mpi_built) {
+  require(comm == "auto" || comm == "nccl" || comm == "local" || comm == "mpi", "--comm",
+          "must be one of nccl|local|auto|mpi, got " + text::quoted(comm));
+  if (comm == "auto") return;
+  const bool reference = reference_run_options(spec).has_value();
+  if (comm == "mpi") {
+    require(mpi_built, "--comm",
+            "mpi is not available in this build (configured without Open MPI: install libopenmpi-dev and "
+            "openmpi-bin and configure again); use local or auto");
+    require(reference, "--comm",
+            "mpi runs the CPU reference backends (reference, lowp, mutant:NAME) one process per CP rank, not "
+            "backend " + text::quoted(spec) + " (give one of those explicitly)");
+    return;
+  }
+  const bool cuda = spec == "cuda" || spec == "auto";
+  require(cuda || (reference && comm == "local"), "--comm",
+          "chooses the communicator of the cuda backend (nccl|local|auto) and of the reference backends "
+          "(local|mpi|auto); backend " + text::quoted(spec) + " runs its ranks in process (leave --comm out or set it to auto)");
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& spec, const BackendOptions& opt) {
-  // --comm: the communicators that exist. mpi (one process per rank, DESIGN.md) is not built yet:
-  // refused by name rather than silently running the CPU ranks in process.
+  // mpi needs one process per rank, made by an MPI launcher: fuzz, repro and replay run it through
+  // harness/mpi_session.hpp, never through here.
   require(opt.comm != "mpi", "--comm",
-          "mpi is not available in this build (no MPI launcher yet); use nccl, local or auto");
-  require(opt.comm == "auto" || opt.comm == "nccl" || opt.comm == "local", "--comm",
-          "must be one of nccl|local|auto, got " + text::quoted(opt.comm));
-  require(opt.comm == "auto" || spec == "cuda" || spec == "auto", "--comm",
-          "chooses the communicator of the cuda backend; backend " + text::quoted(spec) +
-              " runs its ranks in process (leave --comm out or set it to auto)");
-  if (spec == "reference") return make_reference_backend(spec, Precision::exact);
-  if (spec == "lowp") return make_reference_backend(spec, Precision::bf16);
+          "mpi runs one process per CP rank under an MPI launcher: mpirun -np N dsa-parity fuzz|repro|replay "
+          "--comm mpi ...; this command runs in one process (use --comm local)");
+  check_comm(spec, opt.comm, false);
+  if (auto ref = reference_run_options(spec))
+    return make_reference_backend(spec, ref->precision, ref->mutant, /*sharded=*/opt.comm == "local");
   if (spec == "cuda") return make_cuda_backend(opt);
   if (spec == "auto") return cuda_device_present() ? make_cuda_backend(opt) : make_reference_backend("lowp", Precision::bf16);
-  if (spec.rfind("mutant:", 0) == 0)
-    return make_reference_backend(spec, Precision::bf16, parse_mutant(spec.substr(7)));
   if (spec.rfind("exec2:", 0) == 0) {
     require(spec.size() > 6, "backend", "exec2: needs a worker command, e.g. exec2:\"python3 -m my_worker\"");
     return make_exec2_backend(spec.substr(6), opt);

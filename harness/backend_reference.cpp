@@ -11,8 +11,8 @@ namespace {
 
 class ReferenceBackend final : public Backend {
  public:
-  ReferenceBackend(std::string name, Precision precision, Mutant mutant)
-      : name_(std::move(name)), precision_(precision), mutant_(mutant) {}
+  ReferenceBackend(std::string name, Precision precision, Mutant mutant, bool sharded)
+      : name_(std::move(name)), precision_(precision), mutant_(mutant), sharded_(sharded || precision != Precision::exact) {}
 
   std::string name() const override { return name_; }
 
@@ -25,9 +25,10 @@ class ReferenceBackend final : public Backend {
     opt.mutant = mutant_;
     const auto t0 = std::chrono::steady_clock::now();
     BackendRun r;
-    // The exact oracle runs globally; the low-precision one executes rank by rank like a fused
-    // backend would, so CP planted bugs (layout, reduce-scatter, per-rank means) can act.
-    r.result = precision_ == Precision::exact ? run_core(c.problem, in, opt) : run_core_sharded(c.problem, in, opt);
+    // The exact oracle runs globally (unless --comm local asks for its ranks); the low-precision
+    // one executes rank by rank like a fused backend would, so CP planted bugs (layout,
+    // reduce-scatter, per-rank means) can act.
+    r.result = sharded_ ? run_core_sharded(c.problem, in, opt) : run_core(c.problem, in, opt);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
@@ -36,12 +37,24 @@ class ReferenceBackend final : public Backend {
   std::string name_;
   Precision precision_;
   Mutant mutant_;
+  bool sharded_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision, Mutant mutant) {
-  return std::make_unique<ReferenceBackend>(name, precision, mutant);
+std::unique_ptr<Backend> make_reference_backend(const std::string& name, Precision precision, Mutant mutant,
+                                                bool sharded) {
+  return std::make_unique<ReferenceBackend>(name, precision, mutant, sharded);
+}
+
+std::optional<RunOptions> reference_run_options(const std::string& spec) {
+  RunOptions opt;
+  if (spec == "reference") return opt;
+  opt.precision = Precision::bf16;
+  if (spec == "lowp") return opt;
+  if (spec.rfind("mutant:", 0) != 0) return std::nullopt;
+  opt.mutant = parse_mutant(spec.substr(7));
+  return opt;
 }
 
 }  // namespace dsa

@@ -149,11 +149,12 @@ ProfileDefaults checked_defaults(const SessionOptions& o) {
 // The header line of the random stage: which cases it draws, and from which MLA paths, so that a
 // run restricted to fewer paths than a case can take says so before its first case.
 void print_random_header(const SessionOptions& o, const std::string& bname, const std::vector<Path>& paths,
-                         std::optional<int64_t> random_cases) {
+                         std::optional<int64_t> random_cases, std::optional<int64_t> cp) {
   std::string restriction;
   if (paths.size() < all_paths().size())
     restriction = o.paths ? " (--path " + paths_text(paths) + ")"
                           : " (backend " + bname + " implements " + paths_text(paths) + " only)";
+  if (cp) restriction += ", cp " + std::to_string(*cp) + " only (the MPI world size)";
   // A shard names the case numbers it runs: they are those of the unsharded run.
   std::string shard;
   if (o.shard.sharded()) {
@@ -213,6 +214,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
   const std::string out_dir = (fs::path(output_dir(o.report)) / run_id(o.seed, o.shard)).string();
   // The paths random cases take (and, under fuzz, the corpus cases selected below).
   const std::vector<Path> paths = session_paths(o.paths, backend);
+  // The one CP size the backend runs (--comm mpi: the world size), which random cases then take.
+  const std::optional<int64_t> cp = backend.cp_size();
 
   // --time-budget is a hard limit: no random case starts after the budget, and a case still in
   // flight at 1.5x the budget is stopped (the exec backend caps its command there) and reported
@@ -241,6 +244,14 @@ int run_session(const SessionOptions& o, Backend& backend) {
     std::snprintf(b, sizeof b, "%g", o.backend_opt.exec_timeout_s);
     here.options.insert(here.options.end(), {"--exec-timeout", b});
   }
+  if (o.backend_opt.comm == "mpi") {  // one process per rank again, as many as this run had
+    here.launcher = "mpirun -np " + std::to_string(o.world_size);
+    if (o.backend_opt.rank_timeout_s != BackendOptions{}.rank_timeout_s) {
+      char b[40];
+      std::snprintf(b, sizeof b, "%g", o.backend_opt.rank_timeout_s);
+      here.options.insert(here.options.end(), {"--rank-timeout", b});
+    }
+  }
   if (limits().max_bytes != 0) here.options.insert(here.options.end(), {"--max-bytes", std::to_string(limits().max_bytes)});
   if (limits().max_pairs != Limits{}.max_pairs)
     here.options.insert(here.options.end(), {"--max-pairs", std::to_string(limits().max_pairs)});
@@ -265,26 +276,34 @@ int run_session(const SessionOptions& o, Backend& backend) {
   ctx.started = utc_now();
   ctx.shard = o.shard;
   if (o.random) ctx.paths = paths;
+  ctx.comm = o.backend_opt.comm;
+  ctx.world_size = o.world_size;
 
-  // fuzz selects its corpus by path as it draws its random cases: a corpus case of a path the run
-  // does not draw is not selected (listed on stdout and in the report, never run, never a pass).
-  // replay and repro run every file they are given. Every file is read, whatever the shard, so that
-  // each case gets the number the unsharded run gives it (the selected files in order, then the
-  // random cases) and every shard lists the same files not selected; a shard runs the files at
-  // positions j % N == I of the list.
+  // fuzz selects its corpus by path (and cp, when the backend runs one) as it draws its random
+  // cases: a corpus case the run does not draw is not selected (listed on stdout and in the report,
+  // never run, never a pass). replay and repro run every file they are given. Every file is read,
+  // whatever the shard, so that each case gets the number the unsharded run gives it (the selected
+  // files in order, then the random cases) and every shard lists the same files not selected; a
+  // shard runs the files at positions j % N == I of the list.
   struct CaseFile {
     std::string file;
     Case c;
     int64_t index;  // its number in the unsharded run
   };
   std::vector<CaseFile> files;
-  std::vector<std::string> not_selected;  // as given (stdout); the report's are relative to its folder
+  // (file as given, why), for stdout; the report's are relative to its folder
+  std::vector<std::pair<std::string, std::string>> not_selected;
   int64_t selected = 0;
   for (size_t j = 0; j < o.case_files.size(); ++j) {
     const std::string& file = o.case_files[j];
     Case c = load_case_file(file);
-    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end()) {
-      not_selected.push_back(file), ctx.not_selected.push_back(in_report(file));
+    std::string why;
+    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
+      why = "its path is not among " + paths_text(paths);
+    else if (o.random && cp && c.problem.cp.size != *cp)
+      why = "its cp is " + std::to_string(c.problem.cp.size) + ", not " + std::to_string(*cp) + ", the MPI world size";
+    if (!why.empty()) {
+      not_selected.emplace_back(file, why), ctx.not_selected.push_back(in_report(file));
       continue;
     }
     const int64_t index = selected++;
@@ -371,7 +390,9 @@ int run_session(const SessionOptions& o, Backend& backend) {
                     origin.c_str(), describe(c).c_str(), r.v.message.c_str(), r.repro_here.c_str());
       // One shrink per bucket (stage, tensor, class): the feature tags vary from case to case but
       // shrinking drops them anyway.
-      if (o.shrink && shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
+      // Not after a rank failure: every later run would fail the same way, whatever the case.
+      if (o.shrink && !backend.rank_failure() &&
+          shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
         try {
           r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, in_report(origin));
@@ -413,18 +434,18 @@ int run_session(const SessionOptions& o, Backend& backend) {
     record(r);
     if (!stop_signal) stop_signal = interrupt::pending();
     if (o.maxfail > 0 && tally.failed >= o.maxfail) ctx.maxfail_reached = true;
-    return !stop_signal && !past_limit && !ctx.maxfail_reached;
+    return !stop_signal && !past_limit && !ctx.maxfail_reached && !backend.rank_failure();
   };
 
   if (o.shard.sharded() && !quiet)
     std::printf("shard %s: %lld of the %zu case files (positions j %% %lld == %lld)\n", o.shard.text().c_str(),
                 (long long)o.shard.share(static_cast<int64_t>(o.case_files.size())), o.case_files.size(),
                 (long long)o.shard.count, (long long)o.shard.index);
-  if (o.random && !quiet) print_random_header(o, bname, paths, random_cases);
+  if (o.random && !quiet) print_random_header(o, bname, paths, random_cases, cp);
   if (!quiet)
-    for (const auto& file : not_selected)
-    std::printf("corpus case not selected (its path is not among %s): %s\n", paths_text(paths).c_str(), file.c_str());
-  bool go = !(stop_signal = interrupt::pending());
+    for (const auto& [file, why] : not_selected) std::printf("corpus case not selected (%s): %s\n", why.c_str(), file.c_str());
+  // A rank that failed the start (--comm mpi handshake) runs no case: the report says why.
+  bool go = !(stop_signal = interrupt::pending()) && !backend.rank_failure();
   for (auto& [file, c, index] : files) {
     if (!go) break;
     if (hard_limit_s && elapsed() >= *hard_limit_s) past_limit = true;
@@ -446,7 +467,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     for (int64_t i = o.shard.index;; i += o.shard.count) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
-      if (!run_one(random_case(o.profile, o.seed, i, paths),
+      if (!run_one(random_case(o.profile, o.seed, i, paths, cp),
                    "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
                    first_random + i))
         break;
@@ -457,15 +478,19 @@ int run_session(const SessionOptions& o, Backend& backend) {
 
   ctx.interrupted = stop_signal != 0;
   // Oracles that disagree (--oracle both) fail the run: the verdicts rest on an oracle in doubt.
+  ctx.rank_failure = backend.rank_failure();
   ctx.exit_code = stop_signal          ? interrupt::exit_code(stop_signal)
                   : tally.failed || tally.oracle_disagreements ? 1
-                  : tally.not_run + tally.cannot_run ? 3
+                  : tally.not_run + tally.cannot_run || ctx.rank_failure ? 3
                                        : 0;
   ctx.seconds = elapsed();
   std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
   std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
   if (!quiet) std::printf("%s%s", margin_table(tally).c_str(), timing_line(tally).c_str());
   std::printf("%s", agreement_table(tally).c_str());
+  if (ctx.rank_failure)
+    std::printf("stopped: rank %d %s: %s\n", ctx.rank_failure->rank, ctx.rank_failure->how.c_str(),
+                ctx.rank_failure->message.c_str());
   if (ctx.maxfail_reached)
     std::printf("stopped after %lld failing cases (--maxfail %lld)\n", (long long)tally.failed, (long long)o.maxfail);
   if (stop_signal)
@@ -516,7 +541,7 @@ int run_shrink(const std::string& file, const std::string& backend_spec, const B
   ShrinkRecord s = shrink_and_save(c, v, *backend, budget_s, path_of, file);
   std::printf("shrunk in %lld runs (%.1f s): %s\n  bucket %s\n  wrote %s\n  repro: %s\n", (long long)s.runs, s.seconds,
               describe(s.shrunk).c_str(), s.bucket.c_str(), s.file.c_str(),
-              repro_line(ReproSpec{invoked_binary(), {"--backend", backend->name()}, repro_environment()},
+              repro_line(ReproSpec{invoked_binary(), {"--backend", backend->name()}, repro_environment(), ""},
                          fs::absolute(s.file).lexically_normal().string())
                   .c_str());
   return 1;

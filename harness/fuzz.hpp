@@ -44,6 +44,7 @@ struct SessionOptions {
   // cases i < cases (the total over all shards) with i % N == I. Every case keeps the number the
   // unsharded run gives it (report index, case-<index>.json), so the shards' reports merge into it.
   Shard shard;
+  int world_size = 1;                    // processes of the run: the MPI world size under --comm mpi
 };
 
 struct ProfileDefaults {

@@ -337,9 +337,11 @@ double oracle_work(const Problem& p) {
          + 4.0 * double(p.cp.size) * H * C * double(d.Dn + d.Dv);  // per-rank dW_UK, dW_UV: zero, reduce
 }
 
-Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const std::vector<Path>& paths) {
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const std::vector<Path>& paths,
+                 std::optional<int64_t> cp) {
   const Profile& pr = profile_spec(profile);
   require(!paths.empty(), "paths", "at least one MLA path (absorbed, explicit) must be allowed");
+  require(!cp || *cp >= 1, "cp", "the CP size of random cases must be >= 1");
   Draw d{Stream(master_seed, "random_case/" + profile), uint64_t(index) << 12};
   Case c;
   Problem& p = c.problem;
@@ -383,6 +385,7 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   p.softmax_scale = 1.0 / std::sqrt(double(dm.Dn + dm.R));  // Megatron m²/sqrt(Dn+R), m = 1
 
   p.cp.size = d.pick(pr.cp);
+  if (cp) p.cp.size = *cp;  // the draw is spent: the rest of the case is that of the same index
   p.cp.layout = d.chance(0.5) ? Layout::zigzag : Layout::contiguous;
   if (d.chance(0.2))
     p.cp.pad_multiple = p.cp.layout == Layout::zigzag ? 2 * p.cp.size * d.between(1, 3) : d.between(2, 4);
@@ -441,7 +444,7 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
       auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
       if (*longest <= 1) {  // padding alone exceeds the budget: fewer sequences, no extra padding
         if (p.seqlens.size() == 1 && p.cp.pad_multiple == 0) {  // one token: fewer ranks, or as small as it gets
-          if (p.cp.size == 1) break;
+          if (p.cp.size == 1 || cp) break;
           p.cp.size = p.cp.size == 3 ? 1 : p.cp.size / 2;
           continue;
         }
@@ -475,14 +478,14 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
     in.hot_keys = d.chance(pr.structures);
     in.duplicate_indices = d.chance(pr.structures);
     if (in.duplicate_indices) in.inject_indices = true;
-    if (d.chance(pr.structures)) {
+    if (d.chance(pr.structures) && (!cp || *cp > 1)) {
       const CpSpec before = p.cp;
       make_all_padding_rank(p);
       if (!fits()) p.cp = before;  // the padding would take the case past the profile's budget
     }
   }
   c.note = "random_case profile=" + profile + " master_seed=" + std::to_string(master_seed) +
-           " index=" + std::to_string(index) + paths_note(paths);
+           " index=" + std::to_string(index) + paths_note(paths) + (cp ? " cp=" + std::to_string(*cp) : "");
   return c;
 }
 

@@ -24,9 +24,12 @@ std::optional<TensorI> injected_indices(const Case& c);
 // paths: the MLA paths a case may take (a backend's paths(), or fuzz --path); explicit with
 // probability 0.3 when both are allowed. The path draw is spent whatever is allowed, so a
 // restriction changes only the path of case i, and the default reproduces every earlier seed.
-// Throws InvalidInput("paths", ...) when paths is empty.
+// cp: the one CP size a case may have (a backend's cp_size(): `--comm mpi` runs cases of cp = the
+// MPI world size); the cp draw is spent all the same, like the path's, and a case that would
+// shrink its cp to fit the profile keeps it (its padding may then exceed the profile's Tp cap).
+// Throws InvalidInput("paths", ...) when paths is empty, InvalidInput("cp", ...) when cp < 1.
 Case random_case(const std::string& profile, uint64_t master_seed, int64_t index,
-                 const std::vector<Path>& paths = all_paths());
+                 const std::vector<Path>& paths = all_paths(), std::optional<int64_t> cp = std::nullopt);
 const std::vector<std::string>& profiles();
 
 // An estimate of the multiply-adds of one reference run of p (projections, the attention over

@@ -482,6 +482,8 @@ json context_json(const RunContext& ctx) {
   // Only a sharded run says so: --shard 0/1 writes what a run without the flag writes.
   if (ctx.shard.sharded()) context["shard"] = {{"index", ctx.shard.index}, {"count", ctx.shard.count}};
   if (!ctx.merged.is_null()) context["merged"] = ctx.merged;
+  context["comm"] = ctx.comm;
+  context["world_size"] = ctx.world_size;
   return context;
 }
 
@@ -522,7 +524,11 @@ json summary_json(const RunContext& ctx, const RunTally& t) {
           {"oracle_agreement", {{"rows", agreement_json(t.oracle_agreement)},
                                 {"disagreeing_cases", t.oracle_disagreements},
                                 {"first_case", t.oracle_disagreements ? json(t.first_disagreement) : json(nullptr)}}},
-          {"coverage", to_json(t.coverage)}};
+          {"coverage", to_json(t.coverage)},
+          {"rank_failure", ctx.rank_failure ? json{{"rank", ctx.rank_failure->rank},
+                                                   {"how", ctx.rank_failure->how},
+                                                   {"message", ctx.rank_failure->message}}
+                                            : json(nullptr)}};
 }
 
 json report_json(const RunContext& ctx, const std::vector<CaseRecord>& records) {
@@ -570,6 +576,9 @@ std::string junit_properties(const RunContext& ctx, const RunTally& t) {
   prop("not_checked_tensors", std::to_string(t.not_checked_tensors));
   prop("not_checked_cases", std::to_string(t.not_checked_cases));
   prop("seconds", number_text(ctx.seconds));
+  // --comm mpi: the rank whose failure ended the run, short (the slot is fixed; the failing
+  // testcase's message has the whole story).
+  if (ctx.rank_failure) prop("rank_failure", "rank " + std::to_string(ctx.rank_failure->rank) + " " + ctx.rank_failure->how);
   return o + "\n    ";
 }
 
@@ -695,6 +704,7 @@ std::string repro_command(const std::string& case_file, const std::string& backe
 std::string repro_line(const ReproSpec& spec, const std::string& case_file) {
   std::string o;
   for (auto& [k, v] : spec.env) o += k + "=" + shell_quote(v) + " ";
+  if (!spec.launcher.empty()) o += spec.launcher + " ";
   o += shell_quote(spec.binary) + " repro " + shell_quote(case_file);
   for (auto& opt : spec.options) o += " " + shell_quote(opt);
   return o;

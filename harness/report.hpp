@@ -69,6 +69,9 @@ struct RunContext {
   // captured when the context is written. A merged report keeps its shards'.
   nlohmann::json environment;
   nlohmann::json merged;              // dsa-parity merge: the shard reports it came from (null: none)
+  std::string comm = "auto";          // --comm: auto | local | nccl | mpi
+  int world_size = 1;                 // processes of the run (--comm mpi: one per CP rank)
+  std::optional<RankFailure> rank_failure;  // the rank whose failure ended the session, and how
 };
 
 // The worst margin e_f / (alpha * e_l + floor) of a checked tensor (<= 1 passes a mismatch check);
@@ -89,8 +92,9 @@ struct ReproSpec {
   std::string binary = "dsa-parity";                       // argv[0], absolute when it holds a '/'
   std::vector<std::string> options;                        // "--backend", "lowp", "--oracle", "gpu", ...
   std::vector<std::pair<std::string, std::string>> env;    // DSA_* variables set here
+  std::string launcher;                                    // before the binary: "mpirun -np 2" under --comm mpi
 };
-// "VAR=value ... BINARY repro CASE OPTIONS", quoted for a POSIX shell.
+// "VAR=value ... [LAUNCHER] BINARY repro CASE OPTIONS", quoted for a POSIX shell.
 std::string repro_line(const ReproSpec& s, const std::string& case_file);
 // The DSA_* variables of the environment that matter to a case (all but DSA_GIT_SHA), sorted.
 std::vector<std::pair<std::string, std::string>> repro_environment();

@@ -20,20 +20,14 @@ class LocalHostGroup::Member final : public HostComm {
 
   void reduce_scatter(const double* send, double* recv, int64_t count) override {
     publish(send, recv);
-    std::fill(recv, recv + count, 0.0);
-    for (int r = 0; r < g_.size_; ++r)
-      for (int64_t i = 0; i < count; ++i) recv[i] += g_.send_[r][rank_ * count + i];
+    sum_in_rank_order(g_.size_, count, [&](int r) { return g_.send_[r] + rank_ * count; }, recv);
     g_.barrier_.arrive_and_wait();
   }
 
   void allreduce_sum(double* buf, int64_t count) override {
     std::vector<double> mine(buf, buf + count);
     publish(mine.data(), buf);
-    for (int64_t i = 0; i < count; ++i) {
-      double s = 0;
-      for (int r = 0; r < g_.size_; ++r) s += g_.send_[r][i];
-      buf[i] = s;
-    }
+    sum_in_rank_order(g_.size_, count, [&](int r) { return g_.send_[r]; }, buf);
     g_.barrier_.arrive_and_wait();
   }
 

@@ -21,6 +21,18 @@ class HostComm {
   virtual void allreduce_sum(double* buf, int64_t count) = 0;
 };
 
+// out[i] = Σ_r part(r)[i] over r = 0 … ranks−1, added in rank order starting from 0.0. Every
+// HostComm reduces this way (never with a library's reduction, whose order is unspecified), so a
+// reduction gives the same bits on every communicator and every run.
+template <class Part>
+void sum_in_rank_order(int ranks, int64_t count, Part part, double* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    double s = 0;
+    for (int r = 0; r < ranks; ++r) s += part(r)[i];
+    out[i] = s;
+  }
+}
+
 // All ranks live in one process; each rank's thread uses comm(rank). Reductions sum in rank
 // order, so results are deterministic.
 class LocalHostGroup {

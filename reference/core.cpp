@@ -60,6 +60,9 @@ void place_rows(const Tensor<T>& local, const std::vector<int64_t>& rows, Tensor
 
 Result assemble(const StreamLayout& L, const std::vector<RankOutput>& ranks,
                 const std::vector<std::vector<int64_t>>& own_rows) {
+  require(!ranks.empty() && ranks.size() == own_rows.size(), "ranks",
+          "one result per rank is needed, got " + std::to_string(ranks.size()) + " for " +
+              std::to_string(own_rows.size()) + " ranks");
   Result r;
   auto global_rows = [&](const TensorD& t) {
     if (t.shape.empty()) return TensorD();  // a stage not run (attention_backward = false)
@@ -113,6 +116,19 @@ std::vector<std::vector<int64_t>> believed_rows(const Problem& p, const StreamLa
   return rows;
 }
 
+// Every rank's plan of a sharded run (the communicator left for the caller to set): the rows it
+// computes with, the order of the all-gathered keys (the believed rows, rank after rank) and the
+// rows it really holds. One function for the threads of run_core_sharded and the processes of
+// run_core_rank, so a planted layout bug acts the same on both.
+std::vector<RankPlan> rank_plans(const Problem& p, const StreamLayout& L, Mutant mutant) {
+  const auto believed = believed_rows(p, L, mutant);
+  std::vector<int64_t> gather_order;
+  for (auto& rows : believed) gather_order.insert(gather_order.end(), rows.begin(), rows.end());
+  std::vector<RankPlan> plans(L.cp);
+  for (int64_t r = 0; r < L.cp; ++r) plans[r] = {believed[r], gather_order, L.rank_rows[r], nullptr};
+  return plans;
+}
+
 }  // namespace
 
 Result run_core(const Problem& p, const Inputs& in, const RunOptions& opt) {
@@ -137,18 +153,14 @@ Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& op
   const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
   check_run(p, L, in, opt);
   const int cp = static_cast<int>(L.cp);
-  const auto believed = believed_rows(p, L, opt.mutant);
-  std::vector<int64_t> gather_order;
-  for (auto& rows : believed) gather_order.insert(gather_order.end(), rows.begin(), rows.end());
-
   LocalHostGroup group(cp);
   std::vector<RankOutput> outs(cp);
   std::vector<std::exception_ptr> errors(cp);
-  std::vector<RankPlan> plans(cp);
+  std::vector<RankPlan> plans = rank_plans(p, L, opt.mutant);
   const int threads_per_rank = std::max(1, omp_get_max_threads() / cp);
   std::vector<std::thread> threads;
   for (int r = 0; r < cp; ++r) {
-    plans[r] = {believed[r], gather_order, L.rank_rows[r], &group.comm(r)};
+    plans[r].comm = &group.comm(r);
     threads.emplace_back([&, r] {
       omp_set_num_threads(threads_per_rank);
       try {
@@ -162,6 +174,20 @@ Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& op
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   return assemble(L, outs, L.rank_rows);
+}
+
+RankResult run_core_rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt,
+                         HostComm& comm) {
+  require(comm.size() == L.cp, "cp.size",
+          "the communicator has " + std::to_string(comm.size()) + " ranks, the case " + std::to_string(L.cp));
+  check_indices(L, p, opt);
+  RankPlan plan = rank_plans(p, L, opt.mutant).at(comm.rank());
+  plan.comm = &comm;
+  return run_rank(p, L, in, opt, plan);
+}
+
+Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& ranks) {
+  return assemble(L, ranks, L.rank_rows);
 }
 
 }  // namespace dsa

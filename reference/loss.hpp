@@ -17,6 +17,9 @@ void Rank<P>::loss(RankOutput& out) {
   int64_t counted_local = 0;
   for (int64_t g : plan_.rows) counted_local += L_.active(g) ? 1 : 0;
   double counted[1] = {static_cast<double>(counted_local)};
+  if (opt_.mutant == Mutant::loss_count_rank_left_out && plan_.comm && plan_.comm->size() > 1 &&
+      plan_.comm->rank() == plan_.comm->size() - 1)
+    counted[0] = 0;
   all_reduce(counted, 1);
   double N = std::max(1.0, counted[0]);
   if (opt_.mutant == Mutant::loss_per_rank_mean)

@@ -56,14 +56,7 @@ struct RankPlan {
   HostComm* comm = nullptr;           // nullptr: a single rank holding every row
 };
 
-struct RankOutput {
-  TensorD scores;  // [Tq, Tp] or empty
-  TensorI topk;
-  TensorD O, O_lat, lse, kl, dq_nope, dq_pe, dq_I, dw;  // local rows
-  TensorD dc, dk_pe, dk_I;                              // local rows, reduced over ranks
-  TensorD dW_UK, dW_UV;                                 // reduced over ranks
-  double loss = 0;
-};
+using RankOutput = RankResult;  // core.hpp: what a rank returns
 
 template <class P>
 class Rank {
@@ -116,14 +109,32 @@ class Rank {
   Mat<R> all_gather_keys(const TensorD& t) {
     const int64_t cols = t.row_size();
     if (!plan_.comm) return as_matrix<R>(t, Tp_, cols);
-    std::vector<double> send(plan_.own_rows.size() * cols), recv(Tp_ * cols);
-    for (size_t i = 0; i < plan_.own_rows.size(); ++i)
-      std::copy_n(t.row(plan_.own_rows[i]), cols, send.data() + i * cols);
+    const std::vector<int64_t> sent = sent_rows();
+    std::vector<double> send(sent.size() * cols), recv(Tp_ * cols);
+    for (size_t i = 0; i < sent.size(); ++i) std::copy_n(t.row(sent[i]), cols, send.data() + i * cols);
     plan_.comm->allgather(send.data(), recv.data(), static_cast<int64_t>(send.size()));
     Mat<R> m(Tp_, cols);
-    for (int64_t i = 0; i < Tp_; ++i)
-      for (int64_t j = 0; j < cols; ++j) m(plan_.gather_order[i], j) = static_cast<R>(recv[i * cols + j]);
+    const int64_t ranks = plan_.comm->size(), block = Tp_ / ranks;  // every rank holds Tp/cp rows
+    for (int64_t i = 0; i < Tp_; ++i) {
+      int64_t from = i;  // where in the gathered order row i of recv is believed to come from
+      if (opt_.mutant == Mutant::allgather_rank_order_scrambled) from = (i / block + 1) % ranks * block + i % block;
+      for (int64_t j = 0; j < cols; ++j) m(plan_.gather_order[from], j) = static_cast<R>(recv[i * cols + j]);
+    }
     return m;
+  }
+
+  // The rows whose keys this rank contributes to the all-gather, in order: its own rows, or (a
+  // planted bug) under zigzag the two chunks of each sequence in swapped order.
+  std::vector<int64_t> sent_rows() const {
+    std::vector<int64_t> rows = plan_.own_rows;
+    if (opt_.mutant != Mutant::zigzag_send_halves_swapped || L_.kind != Layout::zigzag) return rows;
+    size_t at = 0;
+    for (int64_t s = 0; s < L_.segments(); ++s) {
+      const size_t h = static_cast<size_t>((L_.cu[s + 1] - L_.cu[s]) / (2 * L_.cp));
+      std::rotate(rows.begin() + at, rows.begin() + at + h, rows.begin() + at + 2 * h);
+      at += 2 * h;
+    }
+    return rows;
   }
 
   // Partial key gradients over all Tp rows -> this rank's own rows, summed over ranks.

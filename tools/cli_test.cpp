@@ -456,7 +456,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
     return a;
   };
   const std::set<std::string> session =
-      with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--report", "--junit", "--require-device",
+      with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--rank-timeout", "--report", "--junit", "--require-device",
                     "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose", "--repeat"});
   EXPECT_EQ(registered.at("fuzz"),
             with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink", "--shard"}));
@@ -473,7 +473,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   const std::string fuzz = dsa("help fuzz", d).out;
   for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
                             "--oracle cpu|gpu|both|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
-                            "--exec-timeout SEC=600", "--max-pairs N=2147483648", "--repeat N=1"})
+                            "--exec-timeout SEC=600", "--rank-timeout SEC=300", "--max-pairs N=2147483648", "--repeat N=1"})
     EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
 }
 
@@ -549,9 +549,15 @@ TEST(Cli, BogusEnumValuesAreExitTwoNamingTheFlag) {
       {"shrink x.json --comm x", "--comm: must be one of"},
       {"layout --seqlens 5 --layout zig", "--layout: must be one of zigzag|contiguous, got 'zig'"},
       {"bench --benchmark_format=yaml", "--benchmark_format: must be one of console|json|csv"},
-      // mpi is a known communicator, refused until MPI exists.
+#ifdef DSA_HAVE_MPI
+      // mpi runs the CPU reference backends only, one process per CP rank.
+      {"fuzz --backend cuda --comm mpi --cases 1 --corpus none", "--comm: mpi runs the CPU reference backends"},
+      {"fuzz --backend exec:true --comm mpi --cases 1 --corpus none", "--comm: mpi runs the CPU reference backends"},
+#else
+      // mpi is a known communicator, refused in a build without Open MPI.
       {"fuzz --backend lowp --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
       {"fuzz --backend cuda --comm mpi --cases 1 --corpus none", "--comm: mpi is not available in this build"},
+#endif
       // --require-device does not hide bad usage.
       {"fuzz --backend lowp --require-device --profile x", "--profile: must be one of"},
       {"fuzz --backend lowp --cases", "--cases: needs a value"},

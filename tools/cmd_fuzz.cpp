@@ -68,7 +68,7 @@ Run setup(CLI::App& app) {
     }
     check_required_device(f->session);
     announce_backend(o);
-    return run_session(o);
+    return run_session_over_comm(o);
   };
 }
 

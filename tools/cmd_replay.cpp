@@ -30,7 +30,7 @@ Run setup(CLI::App& app) {
     require(!o.case_files.empty(), "DIR", "'" + f->dir + "' holds no *.json case file");
     check_required_device(f->session);
     announce_backend(o);
-    return run_session(o);
+    return run_session_over_comm(o);
   };
 }
 

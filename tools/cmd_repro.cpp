@@ -29,7 +29,7 @@ Run setup(CLI::App& app) {
     o.progress = false;
     check_required_device(f->session);
     announce_backend(o);
-    return run_session(o);
+    return run_session_over_comm(o);
   };
 }
 

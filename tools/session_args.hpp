@@ -1,5 +1,5 @@
 // What fuzz, repro and replay share on the command line: the backend, its communicator, the
-// oracle, the exec backend's time limit, the report files, --require-device and the size limits.
+// oracle, the exec backend's and the MPI ranks' time limits, the report files, --require-device and the size limits.
 #pragma once
 
 #include <cstdio>
@@ -8,6 +8,9 @@
 #include "core/errors.hpp"
 #include "harness/backend.hpp"
 #include "harness/fuzz.hpp"
+#ifdef DSA_HAVE_MPI
+#include "harness/mpi_session.hpp"
+#endif
 #include "tools/command.hpp"
 #include "tools/limit_args.hpp"
 
@@ -17,18 +20,25 @@ inline const char* const kBackendHelp =
     "reference | lowp | cuda | auto (cuda when a device is present, else lowp; the run prints the choice) | "
     "mutant:NAME (see dsa-parity mutants) | exec:CMD | exec2:CMD";
 
-// --comm: the communicator of the cuda backend. mpi is a known name that is refused (exit 2) until
-// an MPI launcher exists.
+// --comm: how CP ranks talk. cuda: nccl|local|auto; the reference backends: local or mpi (one
+// process per rank under an MPI launcher: fuzz, repro and replay only, in a build with Open MPI).
 inline CLI::Option* add_comm_flag(CLI::App& app, std::string& comm) {
   return add_value(app, "--comm", comm,
-                   "the cuda backend's communicator between CP ranks (other backends run their ranks in "
-                   "process: leave it auto); mpi is refused in this build",
+                   "how CP ranks communicate. cuda: nccl|local|auto. reference, lowp, mutant:NAME: local (ranks as "
+                   "threads, reference too) or mpi (one process per rank: mpirun -np N dsa-parity fuzz|repro|replay "
+                   "--comm mpi; needs a build with Open MPI); auto: as ever",
                    "nccl|local|auto|mpi")
       ->check(one_of({"nccl", "local", "auto", "mpi"}));
 }
 
+#ifdef DSA_HAVE_MPI
+inline constexpr bool kMpiBuilt = true;
+#else
+inline constexpr bool kMpiBuilt = false;
+#endif
+
 struct SessionFlags {
-  std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", report, junit;
+  std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", rank_timeout = "300", report, junit;
   std::string html, maxfail = "0", keep_worst = "10", progress_every = "30", repeat = "1";
   bool require_device = false, quiet = false, verbose = false;
   LimitFlags limits;
@@ -44,6 +54,11 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
       ->check(one_of({"cpu", "gpu", "both", "auto"}));
   add_comm_flag(app, f.comm);
   add_value(app, "--exec-timeout", f.exec_timeout, "exec:/exec2: backends: the time limit of one case, in seconds",
+            "SEC")
+      ->check(seconds_value());
+  add_value(app, "--rank-timeout", f.rank_timeout,
+            "--comm mpi: the longest one case (and the start handshake) may take on the ranks; past it the run "
+            "ends, naming the rank that hung",
             "SEC")
       ->check(seconds_value());
   add_value(app, "--report", f.report, "write the JSON report (dsa-parity/report/v1) to FILE (default: none)", "FILE");
@@ -78,6 +93,8 @@ inline SessionOptions session_options(const SessionFlags& f, const std::string& 
   o.backend_opt.comm = f.comm;
   o.oracle = f.oracle;
   o.backend_opt.exec_timeout_s = parse_double(f.exec_timeout, "--exec-timeout");
+  o.backend_opt.rank_timeout_s = parse_double(f.rank_timeout, "--rank-timeout");
+  check_comm(o.backend, o.backend_opt.comm, kMpiBuilt);  // bad usage before anything runs
   o.report = f.report;
   o.junit = f.junit;
   o.html = f.html;
@@ -102,6 +119,8 @@ inline void announce_backend(const SessionOptions& o) {
   std::fflush(stdout);
 }
 
+}
+
 // --shard I/N (fuzz, replay; harness/shard.hpp): which of N jobs of one run this is.
 inline CLI::Option* add_shard_flag(CLI::App& app, std::string& shard, const std::string& what) {
   return add_value(app, "--shard", shard,
@@ -109,6 +128,15 @@ inline CLI::Option* add_shard_flag(CLI::App& app, std::string& shard, const std:
                        " with i % N == I, numbered as in the unsharded run (dsa-parity merge joins the N reports)",
                    "I/N")
       ->check(shard_value());
+}
+
+// Runs the session: in this process, or under --comm mpi as this process's CP rank of an MPI job
+// (harness/mpi_session.hpp).
+inline int run_session_over_comm(const SessionOptions& o) {
+#ifdef DSA_HAVE_MPI
+  if (o.backend_opt.comm == "mpi") return run_mpi_session(o, version_text());
+#endif
+  return run_session(o);
 }
 
 // --require-device: checked once every flag is valid (bad usage stays exit 2), before the backend.
