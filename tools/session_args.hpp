@@ -119,8 +119,6 @@ inline void announce_backend(const SessionOptions& o) {
   std::fflush(stdout);
 }
 
-}
-
 // --shard I/N (fuzz, replay; harness/shard.hpp): which of N jobs of one run this is.
 inline CLI::Option* add_shard_flag(CLI::App& app, std::string& shard, const std::string& what) {
   return add_value(app, "--shard", shard,
