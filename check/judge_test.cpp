@@ -6,26 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
-#include "core/bf16.hpp"
+#include "check/prepared_testing.hpp"
 #include "reference/core.hpp"
 
 namespace dsa {
 namespace {
 
 PreparedCase small_case(int64_t topk = 4, std::vector<int64_t> seqlens = {5, 11}) {
-  Problem p;
-  p.seqlens = std::move(seqlens);
-  p.topk = topk;
-  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
-  Inputs in = zero_inputs(p.dims, L.tp);
-  std::mt19937 gen(11);
-  std::normal_distribution<double> nd(0.0, 0.5);
-  in.for_each([&](const std::string&, TensorD& t) {
-    for (double& x : t.data) x = round_bf16(nd(gen));
-  });
-  return prepare(p, in, std::nullopt, {std::begin(kStages), std::end(kStages)});
+  return test::small_case(std::move(seqlens), topk, 11);
 }
 
 Result lowp_backend(const PreparedCase& c) {

@@ -9,28 +9,15 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
 
 #include "check/judge.hpp"
-#include "core/bf16.hpp"
+#include "check/prepared_testing.hpp"
 #include "reference/core.hpp"
 
 namespace dsa {
 namespace {
 
-PreparedCase small_case() {
-  Problem p;
-  p.seqlens = {6, 9};
-  p.topk = 4;
-  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
-  Inputs in = zero_inputs(p.dims, L.tp);
-  std::mt19937 gen(5);
-  std::normal_distribution<double> nd(0.0, 0.5);
-  in.for_each([&](const std::string&, TensorD& t) {
-    for (double& x : t.data) x = round_bf16(nd(gen));
-  });
-  return prepare(p, in, std::nullopt, {std::begin(kStages), std::end(kStages)});
-}
+PreparedCase small_case() { return test::small_case({6, 9}, 4, 5); }
 
 // The CPU reference with one tensor of one precision changed after the fact.
 class Skewed : public Oracle {

@@ -20,6 +20,7 @@
 #include "harness/report.hpp"
 #include "harness/oracle_choice.hpp"
 #include "harness/run_case.hpp"
+#include "harness/run_finish.hpp"
 #include "harness/shrink.hpp"
 #include "core/errors.hpp"
 #include "core/layout.hpp"
@@ -484,10 +485,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
                   : tally.not_run + tally.cannot_run || ctx.rank_failure ? 3
                                        : 0;
   ctx.seconds = elapsed();
-  std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
-  std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
-  if (!quiet) std::printf("%s%s", margin_table(tally).c_str(), timing_line(tally).c_str());
-  std::printf("%s", agreement_table(tally).c_str());
+  print_run_summary(ctx, tally, quiet);
   if (ctx.rank_failure)
     std::printf("stopped: rank %d %s: %s\n", ctx.rank_failure->rank, ctx.rank_failure->how.c_str(),
                 ctx.rank_failure->message.c_str());
@@ -497,19 +495,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
                 stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",
                 (long long)tally.cases, ctx.exit_code);
-  if (report) {
-    report->finish(ctx, tally);
-    std::printf("report: %s\n", o.report.c_str());
-  }
-  if (junit) {
-    junit->finish(ctx, tally);
-    std::printf("junit: %s\n", o.junit.c_str());
-  }
-  if (!o.html.empty()) {
-    write_text_file(o.html, html_summary(ctx, tally));
-    std::printf("html: %s\n", o.html.c_str());
-  }
-  std::fflush(stdout);
+  finish_outputs(ctx, tally, report ? &*report : nullptr, junit ? &*junit : nullptr, o.html);
   return ctx.exit_code;
 }
 

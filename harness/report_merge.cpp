@@ -12,6 +12,7 @@
 #include "core/errors.hpp"
 #include "harness/report.hpp"
 #include "harness/report_read.hpp"
+#include "harness/run_finish.hpp"
 
 namespace dsa {
 
@@ -233,20 +234,8 @@ int merge_reports(const MergeOptions& o) {
   else
     std::printf("merged %zu of %lld shards; missing shard%s %s: the report covers part of the run\n", present.size(),
                 (long long)count, missing.size() == 1 ? "" : "s", list_text(missing).c_str());
-  std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
-  std::printf("%s\n", coverage_line(tally.coverage).c_str());
-  std::printf("%s", margin_table(tally).c_str());
-  report.finish(ctx, tally);
-  std::printf("report: %s\n", o.out.c_str());
-  if (junit) {
-    junit->finish(ctx, tally);
-    std::printf("junit: %s\n", o.junit.c_str());
-  }
-  if (!o.html.empty()) {
-    write_text_file(o.html, html_summary(ctx, tally));
-    std::printf("html: %s\n", o.html.c_str());
-  }
-  std::fflush(stdout);
+  print_run_summary(ctx, tally, /*quiet=*/false);
+  finish_outputs(ctx, tally, &report, junit ? &*junit : nullptr, o.html);
   return ctx.exit_code;
 }
 

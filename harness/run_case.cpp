@@ -17,6 +17,16 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
+// A backend run that threw: the whole case fails as a crash (or a timeout: the exec backend's
+// time limit), whatever an earlier run of it said.
+static void crashed(CaseVerdict& v, const std::string& msg) {
+  v.verdict = Verdict::fail;
+  v.stage.reset();
+  v.tensor = "-";
+  v.failure = msg.find("timed out") != std::string::npos ? Failure::timeout : Failure::crash;
+  v.message = msg;
+}
+
 static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, int repeat);
 
 PreparedCase prepare_case(const Case& c) {
@@ -71,12 +81,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, in
     return v;
   } catch (const std::exception& e) {
     CaseVerdict v;
-    const std::string msg = e.what();
-    const bool timeout = msg.find("timed out") != std::string::npos;  // the exec backend's time limit
-    v.verdict = Verdict::fail;
-    v.tensor = "-";
-    v.failure = timeout ? Failure::timeout : Failure::crash;
-    v.message = msg;
+    crashed(v, e.what());
     v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
     v.generate_s = generate_s;
     v.backend_s = since(t0);
@@ -102,11 +107,7 @@ static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, in
       try {
         again = b.run(c, pc);
       } catch (const std::exception& e) {
-        v.verdict = Verdict::fail;
-        v.stage.reset();
-        v.tensor = "-";
-        v.failure = Failure::crash;
-        v.message = "run " + std::to_string(k) + " of --repeat " + std::to_string(repeat) + ": " + e.what();
+        crashed(v, "run " + std::to_string(k) + " of --repeat " + std::to_string(repeat) + ": " + e.what());
         break;
       }
       v.backend_s += again.seconds > 0 ? again.seconds : since(tk);

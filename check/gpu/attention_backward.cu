@@ -15,6 +15,22 @@ template <class R> __global__ void row_dots_k(const R* a, const R* b, int64_t n,
 }
 
 template <class R>
+__global__ void softmax_delta_k(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
+                                bool one_hot_only, R* delta) {
+  DSA_GRID_STRIDE(bh, B * H) {
+    const int64_t b = bh / H;
+    R acc = 0;
+    bool one_hot = true;
+    for (int64_t j = 0; j < count[b]; ++j) {
+      const R p = P[bh * kmax + j];
+      one_hot = one_hot && (p == R(0) || p == R(1));
+      acc += p * dP[bh * kmax + j];
+    }
+    if (!one_hot_only || one_hot) delta[bh] = acc;
+  }
+}
+
+template <class R>
 __global__ void dlogit_k(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H,
                          int64_t kmax, R* dl) {
   DSA_GRID_STRIDE(i, B * H * kmax) {
@@ -99,6 +115,13 @@ template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len,
   DSA_GPU_LAUNCHED();
 }
 template <class R>
+void softmax_delta(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
+                   bool one_hot_only, R* delta) {
+  if (B * H <= 0) return;
+  softmax_delta_k<<<grid_for(B * H), kBlock>>>(P, dP, count, B, H, kmax, one_hot_only, delta);
+  DSA_GPU_LAUNCHED();
+}
+template <class R>
 void dlogit(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H, int64_t kmax, R* dl) {
   if (B * H * kmax <= 0) return;
   dlogit_k<<<grid_for(B * H * kmax), kBlock>>>(P, dP, delta, count, B, H, kmax, dl);
@@ -133,6 +156,7 @@ void absorbed_key_grads(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_
 
 #define DSA_INSTANTIATE(R)                                                                                          \
   template void row_dots<R>(const R*, const R*, int64_t, int64_t, R*);                                              \
+  template void softmax_delta<R>(const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, bool, R*);      \
   template void dlogit<R>(const R*, const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, R*);             \
   template void explicit_dP<R>(const RowKeys&, const R*, const R*, int64_t, int64_t, R*);                           \
   template void explicit_dq<R>(const RowKeys&, const R*, const R*, const R*, int64_t, int64_t, int64_t, R, R*, R*); \

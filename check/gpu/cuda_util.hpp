@@ -32,6 +32,14 @@ namespace dsa::gpu {
 // After a kernel launch: launch errors show at once, execution errors at the next sync.
 #define DSA_GPU_LAUNCHED() DSA_GPU_CUDA(cudaGetLastError())
 
+// Device memory from the device's default pool, stream-ordered on the legacy stream 0 (which every
+// kernel, copy and blocking stream here is ordered with). An oracle run allocates a few dozen
+// arrays and a nightly runs thousands of small cases: cudaMalloc/cudaFree cost ~0.1–1 ms each and
+// cudaFree synchronizes the device, while the pool hands freed blocks back at once. The pool keeps
+// up to pool_keep_bytes() cached between runs; above that it returns memory to the device.
+void* pool_alloc(size_t bytes);
+void pool_free(void* p);
+
 // An owning, zero-initialized device array of n elements.
 template <class T>
 class DeviceArray {
@@ -45,13 +53,13 @@ class DeviceArray {
     std::swap(p_, o.p_), std::swap(n_, o.n_);
     return *this;
   }
-  ~DeviceArray() { if (p_) cudaFree(p_); }
+  ~DeviceArray() { if (p_) pool_free(p_); }
 
   void reset(size_t n) {
-    if (p_) cudaFree(p_), p_ = nullptr;
+    if (p_) pool_free(p_), p_ = nullptr;
     n_ = n;
     if (n == 0) return;
-    DSA_GPU_CUDA(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+    p_ = static_cast<T*>(pool_alloc(n * sizeof(T)));
     zero();
   }
   void zero() { if (n_) DSA_GPU_CUDA(cudaMemset(p_, 0, n_ * sizeof(T))); }

@@ -96,19 +96,19 @@ DeviceArray<int64_t> upload_l(const std::vector<int64_t>& v) {
 
 void sync() { DSA_GPU_CUDA(cudaDeviceSynchronize()); }
 
-class Blas {
- public:
-  Blas() {
-    DSA_GPU_BLAS(cublasCreate(&h_));
+// One cuBLAS handle per thread for the process's life: creating one costs milliseconds and a run
+// needs one per precision and stage, thousands of times a nightly. Never destroyed: destroying it at
+// exit can race the CUDA runtime's own teardown.
+cublasHandle_t thread_blas() {
+  static thread_local cublasHandle_t h = [] {
+    cublasHandle_t made = nullptr;
+    DSA_GPU_BLAS(cublasCreate(&made));
     // No TF32 or other reduced-precision shortcuts: fp32 GEMMs must be fp32 (SPEC.md §8).
-    DSA_GPU_BLAS(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
-  }
-  ~Blas() { cublasDestroy(h_); }
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
+    DSA_GPU_BLAS(cublasSetMathMode(made, CUBLAS_DEFAULT_MATH));
+    return made;
+  }();
+  return h;
+}
 
 // One run at one precision. R = double: exact; R = float: the bf16 policy.
 template <class R>
@@ -204,7 +204,7 @@ class Oracle {
     return std::max<double>(1.0, double(n));
   }
 
-  cublasHandle_t blas() const { return blas_.get(); }
+  cublasHandle_t blas() const { return thread_blas(); }
   void maybe_round(R* x, int64_t n) {
     if constexpr (kLowp) round_bf16_inplace(x, n);
   }
@@ -412,11 +412,13 @@ class Oracle {
         maybe_round(dOl.get(), B * H * C);
         gemm<R>(blas(), false, true, H, k.kmax, C, R(1), {dOl.get(), C, H * C}, {Kg.get(), CR_, k.kmax * CR_}, R(0),
                 dl.get(), k.kmax, H * k.kmax, B);
-        row_dots<R>(dOl.get(), O_lat_.get() + c.r0 * H * C, B * H, C, delta.get());
+        if (kLowp) row_dots<R>(dOl.get(), O_lat_.get() + c.r0 * H * C, B * H, C, delta.get());
       } else {
         explicit_dP<R>(k, dO, v_.get(), H, Dv, dl.get());
-        row_dots<R>(dO, O_.get() + c.r0 * H * Dv, B * H, Dv, delta.get());
+        if (kLowp) row_dots<R>(dO, O_.get() + c.r0 * H * Dv, B * H, Dv, delta.get());
       }
+      // Exact: Δ = Σ P·dP; bf16 policy: the SPEC's dO_lat·O_lat, except on one-hot rows (kernels.hpp).
+      softmax_delta<R>(P.get(), dl.get(), k.count, B, H, k.kmax, kLowp, delta.get());
       dlogit<R>(P.get(), dl.get(), delta.get(), k.count, B, H, k.kmax, dl.get());  // dP → dlogit in place
       if (absorbed) {
         // dQ~ = s·dl·K~ (rounded on output); dK~[key] += s·dlᵀ·Q~; dV~[key] += bf(P)ᵀ·dO_lat.
@@ -479,7 +481,6 @@ class Oracle {
   int64_t Tp_, CR_, Kw_;
   R s_;
   int64_t workspace_ = 0;
-  Blas blas_;
   GpuOracleTimings times_;
   DeviceArray<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_, c_, k_pe_, k_I_, Kt_, k_nope_, v_;
   DeviceArray<int32_t> kbegin_, kend_, S_count_, S_keys_, V_count_;

@@ -239,6 +239,12 @@ std::vector<Scenario> scenarios() {
     s.p.cp = {2, Layout::zigzag, 0}, s.p.pad_rows = PadRows::masked, s.inject = s.empty_rows = true, s.poison = true;
   });
   add("zero_length_sequences", base({0, 7, 0, 1}), none);
+  // One key per row: dq, dW_UK and dk_pe are exactly 0 (dlogit = P·(dP − Δ) with P = 1 and Δ = dP), so the
+  // exact rule's bound is 0 there and any rounding noise in dP − Δ fails it.
+  add("one_key_rows_absorbed", base({5, 11, 3}, 1), none);
+  add("one_key_rows_explicit_cp2", base({7, 6}, 1), [](Scenario& s) {
+    s.p.path = Path::explicit_, s.p.cp = {2, Layout::zigzag, 0};
+  });
   add("sparse_regime_tp_ge_4k", base({150, 61}, 8), none);
   add("sparse_regime_dense_loss_small_workspace", base({130, 3}, 8), [](Scenario& s) {
     s.p.loss = LossMode::dense, s.workspace = 64 << 10;

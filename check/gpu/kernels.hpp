@@ -78,6 +78,13 @@ template <class R> void explicit_output(const RowKeys& k, const R* Pb, const R* 
 // ---- attention backward (attention_backward.cu) ----
 // out[r] = a[r, :]·b[r, :] over n rows of len (Δ = dO_lat·O_lat, or dO·O on the explicit path).
 template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len, R* out);
+// Δ[b, h] = Σ_j P[b, h, j]·dP[b, h, j] over j < count[b]. In exact arithmetic it equals dO·O, and it is
+// exactly dP of the key that holds all the weight where P is one-hot (one key, or a saturated softmax), so
+// dP − Δ is then exactly 0 as in the CPU reference (a separately summed dO·O differs from dP by rounding).
+// The exact policy's Δ everywhere; under the bf16 policy (Δ = dO_lat·O_lat, O_lat rounded) it equals that
+// only on one-hot rows, so one_hot_only overwrites the row dot there alone.
+template <class R> void softmax_delta(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H,
+                                      int64_t kmax, bool one_hot_only, R* delta);
 // dl[b, h, j] = bf(P·(dP − Δ[b, h])) for j < count[b], 0 on padding.
 template <class R> void dlogit(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B,
                                int64_t H, int64_t kmax, R* dl);

@@ -31,24 +31,24 @@ __global__ void take_k(const int32_t* sorted, const int32_t* kbegin, const int32
 template <class R>
 TopkSorter<R>::TopkSorter(int64_t max_rows, int64_t Tp) : max_rows_(max_rows), tp_(Tp) {
   const int64_t n = max_rows * Tp;
-  DSA_GPU_CUDA(cudaMalloc(&keys_out_, n * sizeof(R)));
-  DSA_GPU_CUDA(cudaMalloc(&vals_out_, n * sizeof(int32_t)));
-  DSA_GPU_CUDA(cudaMalloc(&seg_begin_, max_rows * sizeof(int64_t)));
-  DSA_GPU_CUDA(cudaMalloc(&seg_end_, max_rows * sizeof(int64_t)));
+  keys_out_ = static_cast<decltype(keys_out_)>(pool_alloc(n * sizeof(R)));
+  vals_out_ = static_cast<decltype(vals_out_)>(pool_alloc(n * sizeof(int32_t)));
+  seg_begin_ = static_cast<decltype(seg_begin_)>(pool_alloc(max_rows * sizeof(int64_t)));
+  seg_end_ = static_cast<decltype(seg_end_)>(pool_alloc(max_rows * sizeof(int64_t)));
   // Temp storage for the largest chunk; a smaller chunk needs no more.
   DSA_GPU_CUDA(cub::DeviceSegmentedSort::StableSortPairsDescending(
       nullptr, temp_bytes_, static_cast<const R*>(nullptr), keys_out_, static_cast<const int32_t*>(nullptr),
       vals_out_, n, max_rows, seg_begin_, seg_end_));
-  DSA_GPU_CUDA(cudaMalloc(&temp_, temp_bytes_ ? temp_bytes_ : 1));
+  temp_ = static_cast<decltype(temp_)>(pool_alloc(temp_bytes_ ? temp_bytes_ : 1));
 }
 
 template <class R>
 TopkSorter<R>::~TopkSorter() {
-  cudaFree(temp_);
-  cudaFree(keys_out_);
-  cudaFree(vals_out_);
-  cudaFree(seg_begin_);
-  cudaFree(seg_end_);
+  pool_free(temp_);
+  pool_free(keys_out_);
+  pool_free(vals_out_);
+  pool_free(seg_begin_);
+  pool_free(seg_end_);
 }
 
 template <class R>
