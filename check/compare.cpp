@@ -1,8 +1,10 @@
 #include "check/compare.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <vector>
 
 #include "check/topk_equivalent.hpp"
 
@@ -83,44 +85,67 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
   const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(spec, exact.shape, L);
   const int64_t per_row = pad_zero ? exact.row_size() : 0;
 
+  // One pass, in fixed chunks of elements on several threads (production tensors hold 10^7–10^9
+  // elements); the chunks' partial results are merged in chunk order, so every figure is the same
+  // whatever the thread count, and the first / worst positions are the serial pass's.
+  struct Partial {
+    int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
+    int64_t compared = 0, finite = 0;
+    double scale = 0, e_f = 0, e_l = 0, max_rel = 0, sq = 0, dot = 0, nf = 0, nx = 0;
+  };
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t n = exact.size(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<Partial> parts(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(dynamic, 4) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    Partial& p = parts[c];
+    for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) {
+      const double x = exact.data[i], f = fused.data[i];
+      if (is_unwritten(f)) {
+        if (p.first_unwritten < 0) p.first_unwritten = i;
+        continue;
+      }
+      if (pad_zero && !L.is_real(i / per_row) && std::isfinite(x) && f != 0 && p.first_pad < 0) p.first_pad = i;
+      if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
+      if (std::isinf(x)) {
+        if (f != x && p.first_inf < 0) p.first_inf = i;
+        if (f == x) ++p.compared;
+        continue;
+      }
+      if (std::isnan(f)) {
+        if (p.first_nan < 0) p.first_nan = i;
+        continue;
+      }
+      if (std::isinf(f)) {
+        if (p.first_inf < 0) p.first_inf = i;
+        continue;
+      }
+      ++p.compared;
+      ++p.finite;
+      p.scale = std::max(p.scale, std::abs(x));
+      const double err = std::abs(f - x);
+      if (p.worst < 0 || err > p.e_f) p.e_f = err, p.worst = i;
+      if (have_lowp && std::isfinite(lowp.data[i])) p.e_l = std::max(p.e_l, std::abs(lowp.data[i] - x));
+      if (x != 0) p.max_rel = std::max(p.max_rel, err / std::abs(x));
+      p.sq += err * err;
+      p.dot += f * x;
+      p.nf += f * f;
+      p.nx += x * x;
+    }
+  }
   int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
   double scale = 0, sq = 0, dot = 0, nf = 0, nx = 0;
   int64_t finite = 0;
-  for (int64_t i = 0; i < exact.size(); ++i) {
-    const double x = exact.data[i], f = fused.data[i];
-    if (is_unwritten(f)) {
-      if (first_unwritten < 0) first_unwritten = i;
-      continue;
-    }
-    if (pad_zero && !L.is_real(i / per_row) && std::isfinite(x) && f != 0 && first_pad < 0) first_pad = i;
-    if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
-    if (std::isinf(x)) {
-      if (f != x && first_inf < 0) first_inf = i;
-      if (f == x) ++r.compared;
-      continue;
-    }
-    if (std::isnan(f)) {
-      if (first_nan < 0) first_nan = i;
-      continue;
-    }
-    if (std::isinf(f)) {
-      if (first_inf < 0) first_inf = i;
-      continue;
-    }
-    ++r.compared;
-    ++finite;
-    scale = std::max(scale, std::abs(x));
-    const double err = std::abs(f - x);
-    if (worst < 0 || err > r.e_f) {
-      r.e_f = err;
-      worst = i;
-    }
-    if (have_lowp && std::isfinite(lowp.data[i])) r.e_l = std::max(r.e_l, std::abs(lowp.data[i] - x));
-    if (x != 0) r.max_rel = std::max(r.max_rel, err / std::abs(x));
-    sq += err * err;
-    dot += f * x;
-    nf += f * f;
-    nx += x * x;
+  auto first = [](int64_t& at, int64_t candidate) {
+    if (at < 0) at = candidate;
+  };
+  for (const Partial& p : parts) {
+    first(first_unwritten, p.first_unwritten), first(first_nan, p.first_nan), first(first_inf, p.first_inf);
+    first(first_pad, p.first_pad);
+    if (p.worst >= 0 && (worst < 0 || p.e_f > r.e_f)) r.e_f = p.e_f, worst = p.worst;
+    r.compared += p.compared, finite += p.finite;
+    scale = std::max(scale, p.scale), r.e_l = std::max(r.e_l, p.e_l), r.max_rel = std::max(r.max_rel, p.max_rel);
+    sq += p.sq, dot += p.dot, nf += p.nf, nx += p.nx;
   }
   r.floor = std::max(kFloorRel * scale, floor_at_least);
   r.rmse = finite ? std::sqrt(sq / finite) : 0;

@@ -120,16 +120,20 @@ class Oracle {
       : p_(p), d_(p.dims), L_(L), opt_(opt), Tp_(L.tp), CR_(p.dims.C + p.dims.R), Kw_(topk_width(p.topk, L.tp)),
         s_(static_cast<R>(p.softmax_scale)) {
     auto t0 = Clock::now();
-    q_nope_ = upload<R>(in.q_nope), q_pe_ = upload<R>(in.q_pe), q_I_ = upload<R>(in.q_I), w_ = upload<R>(in.w);
-    dO_ = upload<R>(in.dO), W_UK_ = upload<R>(in.W_UK), W_UV_ = upload<R>(in.W_UV), c_ = upload<R>(in.c);
-    k_pe_ = upload<R>(in.k_pe), k_I_ = upload<R>(in.k_I);
-    // K~ = [c ; k_pe] per key, the operand of every absorbed logit.
-    TensorD kt({Tp_, CR_});
-    for (int64_t t = 0; t < Tp_; ++t) {
-      std::copy_n(in.c.row(t), d_.C, kt.row(t));
-      std::copy_n(in.k_pe.row(t), d_.R, kt.row(t) + d_.C);
+    q_I_ = upload<R>(in.q_I), w_ = upload<R>(in.w), k_I_ = upload<R>(in.k_I);
+    // The indexer alone needs nothing else; the attention inputs (the weights alone are 29 M values
+    // at production widths) go up only for a run that attends.
+    if (opt.attention) {
+      q_nope_ = upload<R>(in.q_nope), q_pe_ = upload<R>(in.q_pe), dO_ = upload<R>(in.dO);
+      W_UK_ = upload<R>(in.W_UK), W_UV_ = upload<R>(in.W_UV), c_ = upload<R>(in.c), k_pe_ = upload<R>(in.k_pe);
+      // K~ = [c ; k_pe] per key, the operand of every absorbed logit.
+      TensorD kt({Tp_, CR_});
+      for (int64_t t = 0; t < Tp_; ++t) {
+        std::copy_n(in.c.row(t), d_.C, kt.row(t));
+        std::copy_n(in.k_pe.row(t), d_.R, kt.row(t) + d_.C);
+      }
+      Kt_ = upload<R>(kt);
     }
-    Kt_ = upload<R>(kt);
     std::vector<int32_t> kb(Tp_), ke(Tp_);
     for (int64_t g = 0; g < Tp_; ++g) kb[g] = int32_t(L.key_begin(g)), ke[g] = int32_t(L.key_end(g));
     kbegin_ = upload_i(kb), kend_ = upload_i(ke);
@@ -502,8 +506,44 @@ Result run_at(const Problem& p, const StreamLayout& L, const Inputs& in, const G
   return r;
 }
 
+// Scores of query rows [r0, r0 + B) over every key, as Oracle::indexer computes them, in
+// sub-chunks whose q_I·k_Iᵀ products fit a fixed scratch.
+template <class R>
+TensorD score_rows_at(const Problem& p, const StreamLayout& L, const Inputs& in, int64_t r0, int64_t B) {
+  const Dims& d = p.dims;
+  const int64_t Tp = L.tp, sub = std::clamp<int64_t>((int64_t{1} << 27) / (d.HI * Tp), 1, B);
+  DeviceArray<R> k_I = upload<R>(in.k_I), q_I(sub * d.HI * d.DI), w(sub * d.HI), U(sub * d.HI * Tp),
+                 scores(sub * Tp);
+  DeviceArray<int32_t> vals(sub * Tp);
+  std::vector<int32_t> kb(sub), ke(sub);
+  TensorD out({B, Tp});
+  for (int64_t s0 = 0; s0 < B; s0 += sub) {
+    const int64_t n = std::min(sub, B - s0), g0 = r0 + s0;
+    to_device<R>(in.q_I.data.data() + g0 * d.HI * d.DI, q_I.get(), n * d.HI * d.DI);
+    to_device<R>(in.w.data.data() + g0 * d.HI, w.get(), n * d.HI);
+    for (int64_t b = 0; b < n; ++b) kb[b] = int32_t(L.key_begin(g0 + b)), ke[b] = int32_t(L.key_end(g0 + b));
+    DeviceArray<int32_t> kbegin = upload_i(kb), kend = upload_i(ke);
+    gemm<R>(thread_blas(), false, true, n * d.HI, Tp, d.DI, R(1), {q_I.get(), d.DI}, {k_I.get(), d.DI}, R(0),
+            U.get(), Tp, 0, 1);
+    indexer_scores<R>(U.get(), w.get(), kbegin.get(), kend.get(), n, d.HI, Tp, p.relu, scores.get(), vals.get());
+    to_host<R>(scores.get(), out.row(s0), n * Tp);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace gpu
+
+TensorD gpu_oracle_score_rows(const Problem& p, const StreamLayout& L, const Inputs& in, Precision precision,
+                              int64_t r0, int64_t rows) {
+  require(r0 >= 0 && rows >= 1 && r0 + rows <= L.tp, "rows", "must be a range of the stream's Tp rows");
+  GpuOracleOptions opt;
+  opt.precision = precision;
+  gpu::check_inputs(p, L, in, opt);
+  if (!gpu_oracle_available()) throw Unavailable("gpu oracle: no CUDA device is present");
+  return precision == Precision::exact ? gpu::score_rows_at<double>(p, L, in, r0, rows)
+                                       : gpu::score_rows_at<float>(p, L, in, r0, rows);
+}
 
 bool gpu_oracle_available() {
   int n = 0;

@@ -38,6 +38,12 @@ struct GpuOracleOptions {
 // Unavailable when no CUDA device is present.
 Result gpu_oracle_run(const Problem& p, const StreamLayout& L, const Inputs& in, const GpuOracleOptions& opt);
 
+// The indexer scores I[g, t] of query rows [r0, r0 + rows) over every key t < Tp (−inf where t is
+// not visible), exact or under the bf16 policy: the rows gpu_oracle_run computes, for cases whose
+// full [Tp, Tp] matrix is too large to return.
+TensorD gpu_oracle_score_rows(const Problem& p, const StreamLayout& L, const Inputs& in, Precision precision,
+                              int64_t r0, int64_t rows);
+
 // Whether a CUDA device is present.
 bool gpu_oracle_available();
 
