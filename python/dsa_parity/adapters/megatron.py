@@ -401,8 +401,9 @@ def run(case, inputs):
         out.update(kl=kl[0] if kl.dim() == 2 else kl, loss=loss.reshape(1))
         if "loss_backward" in want:
             out.update(gradients(loss, INDEXER_GRADS, x))
-    return {n: v.detach().cpu().numpy().astype(np.int64 if n == "topk" else np.float32)
-            for n, v in out.items() if n in want_names(want)}
+    keep = want_names(want)
+    return {n: (v.detach().to(torch.int64) if n == "topk" else v.detach().float()).cpu().numpy()
+            for n, v in out.items() if n in keep}
 
 
 def want_names(want):

@@ -1,0 +1,169 @@
+"""The Megatron-LM adapter (python/dsa_parity/adapters/megatron.py): Megatron's own DSA functions
+against the harness. They run where torch imports and a Megatron checkout is found ($MEGATRON_PATH,
+else the repository's .megatron/ made by tools/megatron_fetch.sh), and skip saying which is missing."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+from tests.helpers import binary, need_binary
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # python/
+REPO = os.path.dirname(HERE)
+
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+
+def megatron_checkout():
+    path = os.environ.get("MEGATRON_PATH") or os.path.join(REPO, ".megatron")
+    dsa = os.path.join(path, "megatron/core/transformer/experimental_attention_variant/dsa.py")
+    return path if os.path.isfile(dsa) else None
+
+
+MEGATRON = megatron_checkout()
+need_torch = unittest.skipUnless(HAVE_TORCH, "torch is not importable (Debian: apt-get install python3-torch)")
+need_megatron = unittest.skipUnless(MEGATRON, "no Megatron-LM checkout: set MEGATRON_PATH, or run "
+                                    "tools/megatron_fetch.sh MEGATRON_GIT_DIR to make .megatron/")
+if MEGATRON:
+    os.environ.setdefault("MEGATRON_PATH", MEGATRON)
+
+
+def harness(args, **env_extra):
+    env = dict(os.environ, PYTHONPATH=HERE, MEGATRON_PATH=MEGATRON or "", **env_extra)
+    worker = "%s -m dsa_parity.adapters.megatron" % sys.executable
+    return subprocess.run([binary()] + args + ["--backend", "exec2:" + worker, "-q"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+
+
+def report_of(args, **env):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "report.json")
+        r = harness(args + ["--report", path], **env)
+        with open(path) as f:
+            return r, json.load(f)
+
+
+def verdicts(report):
+    return [c["verdict"] for c in report["cases"]]
+
+
+def case_file(name):
+    return os.path.join(REPO, "cases", "edge", name)
+
+
+def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
+    """A case folder for the worker's run(): case.json, layout.json (cp = 1, zigzag pad 2), inputs."""
+    from dsa_parity.worker import Case
+    d = tempfile.mkdtemp()
+    dims = {"H": 4, "Dn": 8, "R": 4, "C": 16, "Dv": 8, "HI": 8, "DI": 8}
+    P = [(L + 1) // 2 * 2 for L in seqlens]
+    cu = [int(v) for v in np.concatenate([[0], np.cumsum(P)])]
+    real = sum(([1] * L + [0] * (p - L) for L, p in zip(seqlens, P)), [])
+    case = {"schema": "dsa-parity/case/v1", "seed": 1, "seqlens": list(seqlens), "dims": dims, "topk": 4,
+            "softmax_scale": 0.3, "relu": True, "loss": {"mode": loss, "coeff": 0.7}, "path": path,
+            "pad_rows": "attend"}
+    layout = {"tp": cu[-1], "cp": 1, "cu_padded": cu, "real": real, "pad_rows": "attend"}
+    for name, obj in (("case.json", case), ("layout.json", layout)):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump(obj, f)
+    tp, H, Dn, R, C, Dv, HI, DI = cu[-1], 4, 8, 4, 16, 8, 8, 8
+    shapes = {"q_nope": (tp, H, Dn), "q_pe": (tp, H, R), "c": (tp, C), "k_pe": (tp, R), "W_UK": (H, Dn, C),
+              "W_UV": (H, Dv, C), "q_I": (tp, HI, DI), "k_I": (tp, DI), "w": (tp, HI), "dO": (tp, H, Dv)}
+    rng = np.random.default_rng(3)
+    bf16 = lambda a: torch.tensor(a).to(torch.bfloat16).double().numpy()  # noqa: E731
+    return Case(d), {n: bf16(rng.standard_normal(s) * 0.5) for n, s in shapes.items()}
+
+
+@need_torch
+@need_megatron
+class AdapterTest(unittest.TestCase):
+    def test_loads_megatron_without_the_framework(self):
+        from dsa_parity.adapters import megatron_loader
+        M = megatron_loader.load()
+        self.assertTrue(callable(M.dsa.unfused_dsa_fn))
+        self.assertTrue(callable(M.dsa.FusedDSAIndexerLoss.apply))
+        self.assertNotIn("transformer_engine", sys.modules)
+        self.assertRegex(M.commit, r"^[0-9a-f]{40}$|^unknown$")
+
+    def test_megatron_bounds_are_the_spec_visibility(self):
+        # SPEC §1 worked example: L = [5, 11] padded to [8, 12]; query 17 sees keys 8 … 17.
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_loader
+        case = type("C", (), {"tp": 20, "layout": {"cu_padded": [0, 8, 20]}})()
+        starts, ends, keys = A.packed_causal_bounds(megatron_loader.load(), case, "cpu")
+        self.assertEqual((int(starts[17]), int(ends[17])), (8, 18))
+        self.assertEqual((int(starts[7]), int(ends[7])), (0, 8))  # a pad row attends (pad_rows: attend)
+        self.assertIsNone(keys)
+
+    def test_every_output_matches_the_torch_reference_in_fp32(self):
+        # Two independent PyTorch implementations of SPEC.md agree on an easy case (no ties, no
+        # injected indices): the mapping onto Megatron's arguments is right, stage by stage.
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.examples import torch_reference as T
+        for path in ("absorbed", "explicit"):
+            for loss in ("sparse", "dense"):
+                case, x = small_case(path, loss)
+                got, want = A.run(case, x), T.run(case, x)
+                self.assertEqual(set(got), set(want), (path, loss))
+                for n in want:
+                    if n == "topk":
+                        for a, b in zip(got[n], want[n]):
+                            self.assertEqual(set(a[a >= 0]), set(b[b >= 0]))
+                        continue
+                    fin = np.isfinite(want[n])
+                    np.testing.assert_array_equal(np.isfinite(got[n]), fin, err_msg=n)
+                    scale = max(1.0, float(np.max(np.abs(want[n][fin]), initial=0)))
+                    err = float(np.max(np.abs(got[n][fin] - want[n][fin]), initial=0))
+                    self.assertLess(err, 1e-5 * scale, "%s %s %s" % (path, loss, n))
+
+    def test_what_megatron_cannot_express_is_cannot_run(self):
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.worker import CannotRun
+        case, x = small_case()
+        case.pad_rows = "masked"
+        with self.assertRaisesRegex(CannotRun, "masked"):
+            A.run(case, x)
+        case.pad_rows, case.cp = "attend", 2
+        with self.assertRaisesRegex(CannotRun, "cp = 1"):
+            A.run(case, x)
+        self.assertFalse(A.CAPABILITIES.cp)
+
+
+@need_torch
+@need_megatron
+@need_binary
+class FuzzTest(unittest.TestCase):
+    def test_smoke_fuzz_gives_the_expected_verdicts(self):
+        # Smoke cases without injected indices: every cp = 1 case passes, cp > 1 is cannot-run.
+        r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "12", "--corpus", "none", "--seed", "5"])
+        for c in rep["cases"]:
+            cp = c["case"].get("cp", {}).get("size", 1)
+            injected = c["case"].get("init", {}).get("inject_indices", False)
+            if cp > 1:
+                self.assertEqual(c["verdict"], "cannot-run", c)
+            elif not injected:
+                self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
+        self.assertIn("pass", verdicts(rep), r.stdout)
+
+    def test_capability_refused_cases_are_cannot_run(self):
+        for name in ("zigzag_worked_example_cp2.json", "pad_rows_masked_loss.json"):
+            r, rep = report_of(["repro", case_file(name)])
+            self.assertEqual(verdicts(rep), ["cannot-run"], name + "\n" + r.stdout)
+            self.assertEqual(r.returncode, 0 if rep["summary"]["failed"] == 0 else 1)
+
+    def test_streaming_sparse_kl_passes_in_bf16(self):
+        r, rep = report_of(["repro", case_file("streaming_kl_last_chunk.json")],
+                           DSA_MEGATRON_KERNELS="streaming", DSA_MEGATRON_DTYPE="bfloat16")
+        self.assertIn(verdicts(rep)[0], ("pass", "cannot-run"), r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
