@@ -78,7 +78,7 @@ for stage in $STAGES; do
         for prof in nightly production; do
           budget=${MEGATRON_S:-60}; corpus=$scratch
           [ $prof = production ] && { budget=${MEGATRON_PROD_S:-45}; corpus=none; }
-          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt timeout $((budget + 240)) ./build/dsa-parity \
+          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt timeout $((budget + 150)) ./build/dsa-parity \
             fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
             --time-budget $budget --shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
             > $OUT/megatron-$prof-$tag.log 2>&1
