@@ -103,6 +103,14 @@ class AdapterTest(unittest.TestCase):
         self.assertEqual((int(starts[7]), int(ends[7])), (0, 8))  # a pad row attends (pad_rows: attend)
         self.assertIsNone(keys)
 
+    def test_megatron_zigzag_cp_rows_are_the_spec_rank_rows(self):
+        # SPEC §1 worked example (zigzag, cp = 2, L = [5, 11]): what a CP-driving adapter would rely on.
+        from dsa_parity.adapters import megatron_loader
+        L = megatron_loader.load().dsa_layout
+        cu = torch.tensor([0, 8, 20])
+        rows = [L.build_packed_allgather_cp_local_positions(cu, 2, r, "cpu").tolist() for r in range(2)]
+        self.assertEqual(rows, [[0, 1, 6, 7, 8, 9, 10, 17, 18, 19], [2, 3, 4, 5, 11, 12, 13, 14, 15, 16]])
+
     def test_every_output_matches_the_torch_reference_in_fp32(self):
         # Two independent PyTorch implementations of SPEC.md agree on an easy case (no ties, no
         # injected indices): the mapping onto Megatron's arguments is right, stage by stage.
@@ -139,30 +147,72 @@ class AdapterTest(unittest.TestCase):
 
 @need_torch
 @need_megatron
+class StreamingTest(unittest.TestCase):
+    def test_streaming_sparse_kl_equals_the_reference_sparse_kl(self):
+        # SPEC §7: Megatron's streaming sparse KL (tilelang_dsa's loop, its TileLang indexer kernel
+        # replaced by the torch stand-in) and its reference FusedDSAIndexerLoss agree, loss and gradients.
+        from dsa_parity.adapters import megatron as A
+        case, x = small_case("absorbed", "sparse")
+        got = {}
+        for kernels in ("unfused", "streaming"):
+            saved = (A.KERNELS, A.DTYPE)
+            A.KERNELS, A.DTYPE = kernels, "bfloat16"
+            try:
+                got[kernels] = A.run(case, x)
+            finally:
+                A.KERNELS, A.DTYPE = saved
+        for n in ("loss", "kl", "dq_I", "dk_I", "dw"):
+            np.testing.assert_allclose(got["streaming"][n], got["unfused"][n], rtol=1e-4, atol=1e-6, err_msg=n)
+
+
+@need_torch
+@need_megatron
 @need_binary
 class FuzzTest(unittest.TestCase):
     def test_smoke_fuzz_gives_the_expected_verdicts(self):
-        # Smoke cases without injected indices: every cp = 1 case passes, cp > 1 is cannot-run.
-        r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "12", "--corpus", "none", "--seed", "5"])
+        # Every cp = 1 case without injected indices passes; cp > 1 and masked pad rows are
+        # cannot-run (never pass or fail).
+        r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "40", "--corpus", "none", "--seed", "7"])
         for c in rep["cases"]:
             cp = c["case"].get("cp", {}).get("size", 1)
             injected = c["case"].get("init", {}).get("inject_indices", False)
-            if cp > 1:
+            if cp > 1 or c["case"]["pad_rows"] == "masked":
                 self.assertEqual(c["verdict"], "cannot-run", c)
             elif not injected:
                 self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
-        self.assertIn("pass", verdicts(rep), r.stdout)
+        self.assertGreaterEqual(verdicts(rep).count("pass"), 3, r.stdout)
 
     def test_capability_refused_cases_are_cannot_run(self):
         for name in ("zigzag_worked_example_cp2.json", "pad_rows_masked_loss.json"):
             r, rep = report_of(["repro", case_file(name)])
             self.assertEqual(verdicts(rep), ["cannot-run"], name + "\n" + r.stdout)
-            self.assertEqual(r.returncode, 0 if rep["summary"]["failed"] == 0 else 1)
 
-    def test_streaming_sparse_kl_passes_in_bf16(self):
-        r, rep = report_of(["repro", case_file("streaming_kl_last_chunk.json")],
-                           DSA_MEGATRON_KERNELS="streaming", DSA_MEGATRON_DTYPE="bfloat16")
-        self.assertIn(verdicts(rep)[0], ("pass", "cannot-run"), r.stdout)
+    def test_streaming_is_declined_in_fp32(self):
+        # Megatron's streaming path takes bf16 indexer tensors only: fp32 is cannot-run, not a pass.
+        r, rep = report_of(["repro", case_file("streaming_kl_last_chunk.json")], DSA_MEGATRON_KERNELS="streaming")
+        self.assertEqual(verdicts(rep), ["cannot-run"], r.stdout)
+
+    def test_documented_differences_are_reported(self):
+        # docs/megatron-parity.md D1-D3: each shrunk case fails on Megatron as written there; the
+        # duplicate-key case passes on the absorbed path (a set there).
+        cases = os.path.join(REPO, "docs", "megatron-cases")
+        expect = {"absorbed_index_out_of_range_crash.json": ("fail", "crash"),
+                  "explicit_index_out_of_range_aliased.json": ("fail", "mismatch"),
+                  "explicit_duplicate_keys_counted_twice.json": ("fail", "mismatch")}
+        for name, (verdict, failure) in expect.items():
+            r, rep = report_of(["repro", os.path.join(cases, name)])
+            self.assertEqual(verdicts(rep), [verdict], name + "\n" + r.stdout)
+            self.assertIn("/" + failure, rep["cases"][0]["bucket"], name)
+        with open(os.path.join(cases, "explicit_duplicate_keys_counted_twice.json")) as f:
+            case = json.load(f)
+        case["path"] = "absorbed"
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(case, f)
+        try:
+            r, rep = report_of(["repro", f.name])
+            self.assertEqual(verdicts(rep), ["pass"], r.stdout)
+        finally:
+            os.unlink(f.name)
 
 
 if __name__ == "__main__":
