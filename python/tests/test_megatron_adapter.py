@@ -176,7 +176,7 @@ class FuzzTest(unittest.TestCase):
         for c in rep["cases"]:
             cp = c["case"].get("cp", {}).get("size", 1)
             injected = c["case"].get("init", {}).get("inject_indices", False)
-            if cp > 1 or c["case"]["pad_rows"] == "masked":
+            if cp > 1 or c["case"].get("pad_rows") == "masked":
                 self.assertEqual(c["verdict"], "cannot-run", c)
             elif not injected:
                 self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
