@@ -14,8 +14,9 @@
 # megatron: Megatron-LM's own DSA through python/dsa_parity/adapters/megatron.py, from the checkout carried
 # in .megatron/ (tools/megatron_fetch.sh): its unittest file, then for each of MEGATRON_RUNS (kernels:dtype,
 # default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
-# MEGATRON_S seconds and a production slice of MEGATRON_PROD_S seconds, the edge corpus first; failures
-# are shrunk into $OUT/megatron-shrunk-<kernels>-<dtype>/.
+# MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds;
+# failures are shrunk (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its
+# report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}
@@ -76,9 +77,9 @@ for stage in $STAGES; do
       for run in ${MEGATRON_RUNS:-unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16}; do
         k=${run%%:*}; dt=${run##*:}; tag=$k-$dt; scratch=$(mktemp -d); cp -r cases/edge $scratch/
         for prof in nightly production; do
-          budget=${MEGATRON_S:-60}; corpus=$scratch
-          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-45}; corpus=none; }
-          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt timeout $((budget + 150)) ./build/dsa-parity \
+          budget=${MEGATRON_S:-50}; corpus=$scratch
+          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; }
+          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt timeout $((budget + 120)) ./build/dsa-parity \
             fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
             --time-budget $budget --shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
             > $OUT/megatron-$prof-$tag.log 2>&1
