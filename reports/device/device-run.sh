@@ -83,7 +83,7 @@ for stage in $STAGES; do
             fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
             --time-budget $budget --shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
             > $OUT/megatron-$prof-$tag.log 2>&1
-          echo "$prof $tag: exit $?"; tail -4 $OUT/megatron-$prof-$tag.log
+          echo "$prof $tag: exit $?"; grep -E "^[0-9]+ cases:|^exec2:" $OUT/megatron-$prof-$tag.log | cut -c1-160
         done
         [ -d $scratch/regressions ] && cp -r $scratch/regressions $OUT/megatron-shrunk-$tag
       done ;;
