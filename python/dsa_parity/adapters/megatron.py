@@ -26,9 +26,10 @@ Environment:
                              | tilelang (every fused TileLang hook; a declined hook is cannot-run)
     DSA_MEGATRON_DTYPE       float32 (default) | bfloat16: the dtype of the tensors given to Megatron
     DSA_MEGATRON_DEVICE      cpu (default) | cuda
-    DSA_MEGATRON_MAX_TOKENS  largest Tp (default 1024 on cpu, 8192 on cuda); larger: cannot-run
-    DSA_MEGATRON_MAX_SCORES  largest H·Tp² of one case (default 2^26 cpu, 2^31 cuda): the unfused
-                             paths hold [H, Tp, Tp] fp32 tensors
+    DSA_MEGATRON_MAX_TOKENS  largest Tp (default 1024 on cpu, 65536 on cuda); larger: cannot-run
+    DSA_MEGATRON_MAX_SCORES  largest H·Tp² of one case (default 2^26 cpu, 2^31 cuda) where a dense
+                             path runs (unfused attention, the reference loss): they hold [H, Tp, Tp]
+                             fp32 tensors; TileLang's absorbed path with the sparse loss does not
 
 Not expressible in Megatron, declared so that those cases are cannot-run: cp > 1 (this adapter
 does not drive Megatron's CP, see docs/megatron-parity.md), pad_rows "masked" (Megatron's attention
@@ -49,14 +50,22 @@ KERNELS = os.environ.get("DSA_MEGATRON_KERNELS", "unfused")
 DTYPE = os.environ.get("DSA_MEGATRON_DTYPE", "float32")
 DEVICE = os.environ.get("DSA_MEGATRON_DEVICE", "cpu")
 ON_GPU = DEVICE.startswith("cuda")
-MAX_TOKENS = int(os.environ.get("DSA_MEGATRON_MAX_TOKENS", 8192 if ON_GPU else 1024))
+MAX_TOKENS = int(os.environ.get("DSA_MEGATRON_MAX_TOKENS", 65536 if ON_GPU else 1024))
 MAX_SCORES = int(os.environ.get("DSA_MEGATRON_MAX_SCORES", 1 << (31 if ON_GPU else 26)))
 GRAD_INPUTS = ("q_nope", "q_pe", "W_UK", "W_UV", "c", "k_pe", "q_I", "k_I", "w")
 ATTENTION_GRADS = ("q_nope", "q_pe", "W_UK", "W_UV", "c", "k_pe")
 INDEXER_GRADS = ("q_I", "k_I", "w")
 
+
+def _short_commit():
+    try:
+        return megatron_loader.megatron_commit(megatron_loader.megatron_path())[:12]
+    except megatron_loader.MegatronUnavailable:
+        return "none"
+
+
 CAPABILITIES = Capabilities(
-    name="megatron-%s-%s" % (KERNELS, DTYPE),
+    name="megatron@%s-%s-%s" % (_short_commit(), KERNELS, DTYPE),  # the commit shows in the report
     stages=ALL_STAGES,
     dtypes=["F32", "I32"],
     cp=False,
