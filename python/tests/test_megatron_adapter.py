@@ -182,6 +182,26 @@ class FuzzTest(unittest.TestCase):
                 self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
         self.assertGreaterEqual(verdicts(rep).count("pass"), 3, r.stdout)
 
+    def test_dsattention_entry_gives_the_expected_verdicts(self):
+        # DSAttention.forward itself (DSA_MEGATRON_ENTRY=dsattention) on the same smoke cases.
+        r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "40", "--corpus", "none", "--seed", "7"],
+                           DSA_MEGATRON_ENTRY="dsattention")
+        for c in rep["cases"]:
+            plain = c["case"].get("cp", {}).get("size", 1) == 1 and c["case"].get("pad_rows") != "masked"
+            if plain and not c["case"].get("init", {}).get("inject_indices", False):
+                self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
+        self.assertGreaterEqual(verdicts(rep).count("pass"), 3, r.stdout)
+
+    def test_dsattention_takes_one_head_explicit_for_absorbed(self):
+        # docs/megatron-parity.md D4: a crash in DSAttention, a pass through unfused_dsa_fn.
+        f = os.path.join(REPO, "docs", "megatron-cases", "dsattention_explicit_taken_for_absorbed.json")
+        r, rep = report_of(["repro", f], DSA_MEGATRON_ENTRY="dsattention")
+        self.assertEqual(verdicts(rep), ["fail"], r.stdout)
+        self.assertIn("/crash", rep["cases"][0]["bucket"])
+        self.assertIn("requires up_v_weight", rep["cases"][0]["message"])
+        r, rep = report_of(["repro", f])
+        self.assertEqual(verdicts(rep), ["pass"], r.stdout)
+
     def test_capability_refused_cases_are_cannot_run(self):
         for name in ("zigzag_worked_example_cp2.json", "pad_rows_masked_loss.json"):
             r, rep = report_of(["repro", case_file(name)])

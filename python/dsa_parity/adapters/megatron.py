@@ -24,6 +24,8 @@ Environment:
     DSA_MEGATRON_KERNELS     unfused (default) | streaming (the streaming sparse KL, its TileLang
                              indexer replaced by a torch stand-in when TileLang is not importable)
                              | tilelang (every fused TileLang hook; a declined hook is cannot-run)
+    DSA_MEGATRON_ENTRY       functions (default: the functions above, one by one) | dsattention
+                             (DSAttention.forward itself, megatron_module.py; unfused and streaming)
     DSA_MEGATRON_DTYPE       float32 (default) | bfloat16: the dtype of the tensors given to Megatron
     DSA_MEGATRON_DEVICE      cpu (default) | cuda
     DSA_MEGATRON_MAX_TOKENS  largest Tp (default 1024 on cpu, 65536 on cuda); larger: cannot-run
@@ -47,6 +49,7 @@ from dsa_parity.adapters import megatron_loader
 from dsa_parity.worker import ALL_STAGES, Capabilities, CannotRun, serve
 
 KERNELS = os.environ.get("DSA_MEGATRON_KERNELS", "unfused")
+ENTRY = os.environ.get("DSA_MEGATRON_ENTRY", "functions")
 DTYPE = os.environ.get("DSA_MEGATRON_DTYPE", "float32")
 DEVICE = os.environ.get("DSA_MEGATRON_DEVICE", "cpu")
 ON_GPU = DEVICE.startswith("cuda")
@@ -65,7 +68,7 @@ def _short_commit():
 
 
 CAPABILITIES = Capabilities(
-    name="megatron@%s-%s-%s" % (_short_commit(), KERNELS, DTYPE),  # the commit shows in the report
+    name="megatron@%s-%s-%s%s" % (_short_commit(), KERNELS, DTYPE, "-dsattention" if ENTRY == "dsattention" else ""),  # the commit shows in the report
     stages=ALL_STAGES,
     dtypes=["F32", "I32"],
     cp=False,
@@ -421,6 +424,11 @@ def run(case, inputs):
         out.update(kl=kl[0] if kl.dim() == 2 else kl, loss=loss.reshape(1))
         if "loss_backward" in want:
             out.update(gradients(loss, INDEXER_GRADS, x))
+    return as_outputs(out, want)
+
+
+def as_outputs(out, want):
+    """The tensors of the case's stages as numpy arrays (floats exact in F32: bf16 or fp32 values)."""
     keep = want_names(want)
     return {n: (v.detach().to(torch.int64) if n == "topk" else v.detach().float()).cpu().numpy()
             for n, v in out.items() if n in keep}
@@ -431,6 +439,9 @@ def run_guarded(case, inputs):
     D1 of docs/megatron-parity.md) ends the worker: the context is unusable after it, so the case
     is a crash and the harness starts a fresh worker for the next case."""
     try:
+        if ENTRY == "dsattention":
+            from dsa_parity.adapters import megatron_module
+            return as_outputs(megatron_module.run(case, inputs), set(case.stages))
         return run(case, inputs)
     except RuntimeError as e:
         if ON_GPU and ("CUDA error" in str(e) or "device-side assert" in str(e)):

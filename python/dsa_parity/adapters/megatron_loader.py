@@ -108,6 +108,17 @@ class ProcessGroupCollection:
         self.cp = cp
 
 
+def MegatronModuleStub(torch):
+    """MegatronModule's constructor contract (a torch Module holding .config), nothing else."""
+
+    class MegatronModule(torch.nn.Module):
+        def __init__(self, config=None):
+            super().__init__()
+            self.config = config
+
+    return MegatronModule
+
+
 def _install_stubs(path):
     import torch
 
@@ -126,7 +137,7 @@ def _install_stubs(path):
     _module("megatron.core.tensor_parallel.mappings",
             gather_from_sequence_parallel_region=_unneeded("gather_from_sequence_parallel_region"))
     _module("megatron.core.process_groups_config", ProcessGroupCollection=ProcessGroupCollection)
-    _module("megatron.core.transformer.module", MegatronModule=type("MegatronModule", (torch.nn.Module,), {}))
+    _module("megatron.core.transformer.module", MegatronModule=MegatronModuleStub(torch))
     _module("megatron.core.transformer.spec_utils", ModuleSpec=object, build_module=_unneeded("build_module"))
     _module("megatron.core.transformer.transformer_config", TransformerConfig=object)
     _module("megatron.core.utils", get_pg_size=_get_pg_size, round_up_to_nearest_multiple=_round_up)
