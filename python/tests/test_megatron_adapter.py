@@ -132,6 +132,22 @@ class AdapterTest(unittest.TestCase):
                     err = float(np.max(np.abs(got[n][fin] - want[n][fin]), initial=0))
                     self.assertLess(err, 1e-5 * scale, "%s %s %s" % (path, loss, n))
 
+    def test_dsattention_forward_matches_the_torch_reference_in_fp32(self):
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_module
+        from dsa_parity.examples import torch_reference as T
+        for path in ("absorbed", "explicit"):
+            for loss in ("sparse", "dense", "off"):
+                case, x = small_case(path, loss)
+                got = A.as_outputs(megatron_module.run(case, x), set(case.stages))
+                want = T.run(case, x)
+                self.assertEqual(set(want) - set(got), {"scores"})  # optional, not observable there
+                for n in set(want) - {"scores", "topk"}:
+                    fin = np.isfinite(want[n])
+                    scale = max(1.0, float(np.max(np.abs(want[n][fin]), initial=0)))
+                    err = float(np.max(np.abs(got[n][fin] - want[n][fin]), initial=0))
+                    self.assertLess(err, 1e-5 * scale, "%s %s %s" % (path, loss, n))
+
     def test_what_megatron_cannot_express_is_cannot_run(self):
         from dsa_parity.adapters import megatron as A
         from dsa_parity.worker import CannotRun
@@ -151,18 +167,24 @@ class StreamingTest(unittest.TestCase):
     def test_streaming_sparse_kl_equals_the_reference_sparse_kl(self):
         # SPEC §7: Megatron's streaming sparse KL (tilelang_dsa's loop, its TileLang indexer kernel
         # replaced by the torch stand-in) and its reference FusedDSAIndexerLoss agree, loss and gradients.
+        # Both through the functions and through DSAttention.forward.
         from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_module
+        entries = {"functions": A.run,
+                   "dsattention": lambda c, x: A.as_outputs(megatron_module.run(c, x), set(c.stages))}
         case, x = small_case("absorbed", "sparse")
-        got = {}
-        for kernels in ("unfused", "streaming"):
-            saved = (A.KERNELS, A.DTYPE)
-            A.KERNELS, A.DTYPE = kernels, "bfloat16"
-            try:
-                got[kernels] = A.run(case, x)
-            finally:
-                A.KERNELS, A.DTYPE = saved
-        for n in ("loss", "kl", "dq_I", "dk_I", "dw"):
-            np.testing.assert_allclose(got["streaming"][n], got["unfused"][n], rtol=1e-4, atol=1e-6, err_msg=n)
+        for entry, run in entries.items():
+            got = {}
+            for kernels in ("unfused", "streaming"):
+                saved = (A.KERNELS, A.DTYPE)
+                A.KERNELS, A.DTYPE = kernels, "bfloat16"
+                try:
+                    got[kernels] = run(case, x)
+                finally:
+                    A.KERNELS, A.DTYPE = saved
+            for n in ("loss", "kl", "dq_I", "dk_I", "dw"):
+                np.testing.assert_allclose(got["streaming"][n], got["unfused"][n], rtol=1e-4, atol=1e-6,
+                                           err_msg=entry + " " + n)
 
 
 @need_torch
