@@ -188,16 +188,7 @@ def sparse_attention(M, cfg, case, x, index, bounds):
                 sparse_mla_tap(M, kernels):
             out = M.dsa._run_sparse_attention(absorbed_mla=True, query=query, key=key, value=None,
                                               up_v_weight=x["W_UV"], **common)
-        if KERNELS == "tilelang":
-            if not fused or fused[0][2] is None:
-                raise CannotRun("Megatron's TileLang SparseMLA declined this case "
-                                "(run_fused_absorbed_sparse_attention)")
-            O_lat = fused[0][2][:, 0]
-            lse = kernels[0][2][1][0, :, :H].float()  # SparseMLA's lse, unconverted
-        else:
-            O_lat = latent[0][2][:, 0]
-            (scores, valid), _, _ = softmaxes[0]
-            lse = lse_of_masked_logits(scores, valid)[0].transpose(0, 1)
+        O_lat, lse = absorbed_observations(H, latent, softmaxes, fused, kernels)
         return out.reshape(case.tp, H, Dv), O_lat, lse, query
     query, key, value = explicit_query_key_value(x)
     out = M.dsa._run_sparse_attention(absorbed_mla=False, query=query, key=key, value=value,
@@ -207,6 +198,17 @@ def sparse_attention(M, cfg, case, x, index, bounds):
                                         up_v_weight=None, **common)
     lse = explicit_slot_lse(case, query, key, index, bounds)
     return out.reshape(case.tp, H, Dv), O_lat.reshape(case.tp, H, C), lse, query
+
+
+def absorbed_observations(H, latent, softmaxes, fused, kernels):
+    """O_lat and lse of the absorbed attention that ran: SparseMLA's (TileLang; its lse as it is)
+    when the fused hook answered, else _unfused_absorbed_dsa_fn's output and masked scores."""
+    if fused and fused[-1][2] is not None:
+        return fused[-1][2][:, 0], kernels[-1][2][1][0, :, :H].float()
+    if KERNELS == "tilelang":
+        raise CannotRun("Megatron's TileLang SparseMLA declined this case (run_fused_absorbed_sparse_attention)")
+    (scores, valid), _, _ = softmaxes[-1]  # the attention's: any loss softmax runs before it
+    return latent[-1][2][:, 0], lse_of_masked_logits(scores, valid)[0].transpose(0, 1)
 
 
 def explicit_slot_lse(case, query, key, index, bounds):
@@ -222,9 +224,9 @@ def explicit_slot_lse(case, query, key, index, bounds):
 
 @contextlib.contextmanager
 def sparse_mla_tap(M, record):
-    """Records SparseMLA.apply's (out, lse) inside tilelang_dsa (TileLang only)."""
+    """Records SparseMLA.apply's (out, lse) inside tilelang_dsa (where TileLang imports)."""
     ops = M.tilelang_dsa
-    if KERNELS != "tilelang" or ops is None or ops.SparseMLA is None:
+    if ops is None or ops.SparseMLA is None:
         yield record
         return
     real = ops.SparseMLA

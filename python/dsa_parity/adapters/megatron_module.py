@@ -71,7 +71,7 @@ def run(case, inputs):
         up_v = None
     hidden = torch.zeros((case.tp, 1, 1), dtype=query.dtype, device=query.device)  # only its size is read
     injected = x.get("indices")
-    topks, losses, rows, latent, softmaxes, chunks, fused = [], [], [], [], [], [], []
+    topks, losses, rows, latent, softmaxes, chunks, fused, attn, kernels = [], [], [], [], [], [], [], [], []
     naive = M.dsa.fused_qk_topk_naive
 
     def indexer(*args, **kwargs):  # Megatron's top-k (recorded), the case's injected rows in its place
@@ -93,6 +93,8 @@ def run(case, inputs):
         stack.enter_context(A.tapped(M.dsa_kernels, "run_fused_qk_topk_with_loss", fused))
         stack.enter_context(A.standin_indexer(M))
         stack.enter_context(A.kl_chunk_rows_tap(M, chunks))
+        stack.enter_context(A.tapped(M.dsa_kernels, "run_fused_absorbed_sparse_attention", attn))
+        stack.enter_context(A.sparse_mla_tap(M, kernels))
         out = module(query, key, value, None, hidden, hidden, attn_mask_type=M.enums.AttnMaskType.causal,
                      packed_seq_params=params, up_v_weight=up_v)
         n_softmax = len(softmaxes)
@@ -104,9 +106,7 @@ def run(case, inputs):
     topk = fused[-1][2][0][0].to(torch.int64) if streamed else topks[0][0]
     res = {"O": out.reshape(case.tp, H, Dv), "topk": topk}
     if case.path == "absorbed":
-        res["O_lat"] = latent[0][2][:, 0]
-        (scores, valid), _, _ = softmaxes[n_softmax - 1]  # the attention's: it runs after the loss
-        res["lse"] = A.lse_of_masked_logits(scores, valid)[0].transpose(0, 1)
+        res["O_lat"], res["lse"] = A.absorbed_observations(H, latent, softmaxes[:n_softmax], attn, kernels)
     else:  # outside DSAttention: the same function with the latent as value, and the slots' lse
         bounds = A.packed_causal_bounds(M, case, x["c"].device)
         index = injected if injected is not None else topk
