@@ -445,6 +445,8 @@ def run_guarded(case, inputs):
             from dsa_parity.adapters import megatron_module
             return as_outputs(megatron_module.run(case, inputs), set(case.stages))
         return run(case, inputs)
+    except megatron_loader.MegatronUnavailable as e:
+        raise CannotRun(str(e))
     except RuntimeError as e:
         if ON_GPU and ("CUDA error" in str(e) or "device-side assert" in str(e)):
             print("megatron adapter: CUDA error, exiting so that the next case gets a fresh worker: %s" % e,
