@@ -11,6 +11,12 @@
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
 # while warm). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
+# megatron: Megatron-LM's own DSA through python/dsa_parity/adapters/megatron.py, from the checkout carried
+# in .megatron/ (tools/megatron_fetch.sh): its unittest file, then for each of MEGATRON_RUNS
+# (kernels:dtype[:entry], entry functions or dsattention; default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
+# MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds;
+# failures are shrunk (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its
+# report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}
@@ -63,6 +69,26 @@ for stage in $STAGES; do
       ./build/dsa-parity fuzz --backend cuda --oracle gpu --profile nightly --seed $SEED --time-budget ${REPEAT_S:-90} \
         --repeat ${REPEAT:-20} --corpus none --report $OUT/fuzz-repeat.json > $OUT/fuzz-repeat.log 2>&1; echo "exit $?"
       tail -4 $OUT/fuzz-repeat.log ;;
+    megatron)
+      export MEGATRON_PATH=$PWD/.megatron DSA_MEGATRON_DEVICE=cuda
+      [ -f .megatron/COMMIT ] && echo "Megatron-LM $(cat .megatron/COMMIT)" | tee $OUT/megatron-commit.txt
+      (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v tests.test_megatron_adapter) \
+        2>&1 | tail -14 | tee $OUT/megatron-tests.log
+      for run in ${MEGATRON_RUNS:-unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16}; do
+        IFS=: read k dt entry <<< "$run"; entry=${entry:-functions}; tag=$k-$dt
+        [ $entry = functions ] || tag=$tag-$entry
+        scratch=$(mktemp -d); cp -r cases/edge $scratch/
+        for prof in nightly production; do
+          budget=${MEGATRON_S:-50}; corpus=$scratch
+          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; }
+          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt DSA_MEGATRON_ENTRY=$entry timeout $((budget + 120)) ./build/dsa-parity \
+            fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
+            --time-budget $budget --shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
+            > $OUT/megatron-$prof-$tag.log 2>&1
+          echo "$prof $tag: exit $?"; grep -E "^[0-9]+ cases:|^exec2:" $OUT/megatron-$prof-$tag.log | cut -c1-160
+        done
+        [ -d $scratch/regressions ] && cp -r $scratch/regressions $OUT/megatron-shrunk-$tag
+      done ;;
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
       tail -6 $OUT/replay.log ;;
