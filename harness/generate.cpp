@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/bf16.hpp"
+#include "core/rank_shard.hpp"
 #include "harness/bounds.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
@@ -133,6 +134,12 @@ Inputs generate_inputs(const Case& c) {
     apply_poison_pad_keys(in, L);
   }
   return in;
+}
+
+Inputs generate_rank_inputs(const Case& c, int64_t rank) {
+  const StreamLayout L = layout_of(c.problem);
+  require(rank >= 0 && rank < L.cp, "rank", "must be in [0, cp), got " + std::to_string(rank));
+  return shard_inputs(generate_inputs(c), L.rank_rows[rank]);
 }
 
 std::optional<TensorI> injected_indices(const Case& c) {
