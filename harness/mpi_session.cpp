@@ -17,6 +17,7 @@
 #include "harness/mpi_wire.hpp"
 #include "harness/report.hpp"
 #include "harness/run_case.hpp"
+#include "reference/comm_mpi.hpp"
 
 namespace dsa {
 
