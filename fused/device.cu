@@ -21,6 +21,15 @@ std::string device_name(int device) {
   return prop.name;
 }
 
+std::string device_pci_bus_id(int device) {
+  char id[32] = {0};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+}
+
 std::string device_arch(int device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {

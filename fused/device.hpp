@@ -10,6 +10,9 @@ int device_count();
 std::string device_name(int device);
 // "sm_90" for device 0; "" without a device.
 std::string device_arch(int device);
+// "0000:3b:00.0": the device's PCI address, which names the physical GPU whatever
+// CUDA_VISIBLE_DEVICES a process was given ("" when unknown).
+std::string device_pci_bus_id(int device);
 // CUDA versions as "13.0" ("" when unknown): the installed driver's API version and this runtime's.
 std::string driver_version();
 std::string runtime_version();

@@ -109,7 +109,6 @@ struct RankOut {
 
 struct Shared {
   const Problem& p;
-  const Inputs& in;
   const FusedOptions& opt;
   const StreamLayout& L;
   int64_t Kp;        // indexer width K' = min(K, Tp)
@@ -136,9 +135,9 @@ std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) {
 std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) { return L.rank_rows[r]; }
 #endif
 
-void run_rank(const Shared& S, DeviceComm& comm, RankOut& out) {
+// The rank's own rows of `in` (its shard: local row i is global row L.rank_rows[r][i]).
+void run_rank(const Shared& S, const Inputs& in, DeviceComm& comm, RankOut& out) {
   const Problem& p = S.p;
-  const Inputs& in = S.in;
   const StreamLayout& L = S.L;
   const Dims& d = p.dims;
   const int r = comm.rank();
@@ -165,14 +164,17 @@ void run_rank(const Shared& S, DeviceComm& comm, RankOut& out) {
   auto up = [&](DBuf<uint16_t>& b, const std::vector<uint16_t>& h) { b.upload(h, st); };
   DBuf<uint16_t> q_nope(Tq * H * Dn), q_pe(Tq * H * R), q_I(Tq * HI * DI), w(Tq * HI), dO(Tq * H * Dv);
   DBuf<uint16_t> W_UK(H * Dn * C), W_UV(H * Dv * C);
-  up(q_nope, rows_bf16(in.q_nope, rows));
-  up(q_pe, rows_bf16(in.q_pe, rows));
-  up(q_I, rows_bf16(in.q_I, rows));
-  up(w, rows_bf16(in.w, rows));
-  up(dO, rows_bf16(in.dO, rows));
+  up(q_nope, all_bf16(in.q_nope));
+  up(q_pe, all_bf16(in.q_pe));
+  up(q_I, all_bf16(in.q_I));
+  up(w, all_bf16(in.w));
+  up(dO, all_bf16(in.dO));
   up(W_UK, all_bf16(in.W_UK));
   up(W_UV, all_bf16(in.W_UV));
-  const auto krows = key_upload_rows(L, r);
+  // The key rows it contributes, as positions in its shard (the rank's own rows, in some order).
+  std::vector<int64_t> local_pos(Tp, -1), krows;
+  for (int64_t i = 0; i < Tq; ++i) local_pos[rows[i]] = i;
+  for (int64_t g : key_upload_rows(L, r)) krows.push_back(local_pos[g]);
   DBuf<uint16_t> c_own(Tq * C), kpe_own(Tq * R), kI_own(Tq * DI);
   up(c_own, rows_bf16(in.c, krows));
   up(kpe_own, rows_bf16(in.k_pe, krows));
@@ -329,24 +331,51 @@ void run_rank(const Shared& S, DeviceComm& comm, RankOut& out) {
   out.loss = loss.download(st)[0];
 }
 
-// Local rows of a rank into the global tensor t (row width w), converting each value.
-template <class V, class F>
-void place(TensorD& t, const std::vector<int64_t>& rows, const std::vector<V>& v, F conv) {
-  const int64_t w = t.row_size();
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (int64_t e = 0; e < w; ++e) t.row(rows[i])[e] = conv(v[i * w + e]);
+// A value as it came off the device; the 0xFF poison still there was never written: said so
+// (dsa::unwritten_value).
+double from_bf16(uint16_t v) { return is_poison_bits(v) ? unwritten_value() : double(bf16_float(v)); }
+double from_f32(float v) { return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : static_cast<double>(v); }
+// fp32 accumulators written out as bf16 (SPEC.md §8: every gradient is rounded on output).
+double from_f32_bf16(float v) {
+  return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : double(round_bf16(v));
 }
 
-}  // namespace
+template <class V, class F>
+TensorD converted(Shape shape, const std::vector<V>& v, F conv) {
+  TensorD t(std::move(shape));
+  for (int64_t i = 0; i < t.size(); ++i) t.data[i] = conv(v[i]);
+  return t;
+}
 
-Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
-  validate(p);
+// One rank's outputs as doubles, local rows in local order (what assemble_ranks places).
+RankResult to_rank_result(const RankOut& o, const Dims& d, int64_t Tq, int64_t Tp, int64_t Kp, bool scores) {
+  const int64_t H = d.H, C = d.C, R = d.R;
+  RankResult res;
+  res.topk = TensorI({Tq, Kp});
+  std::memcpy(res.topk.data.data(), o.topk.data(), o.topk.size() * sizeof(int32_t));
+  if (scores) res.scores = converted({Tq, Tp}, o.scores, from_f32);
+  res.O = converted({Tq, H, d.Dv}, o.O, from_bf16);
+  res.O_lat = converted({Tq, H, C}, o.O_lat, from_bf16);
+  res.lse = converted({Tq, H}, o.lse, from_f32);
+  res.kl = converted({Tq}, o.kl, from_f32);
+  res.dq_nope = converted({Tq, H, d.Dn}, o.dq_nope, from_bf16);
+  res.dq_pe = converted({Tq, H, R}, o.dq_pe, from_bf16);
+  res.dc = converted({Tq, C}, o.dc, from_f32_bf16);
+  res.dk_pe = converted({Tq, R}, o.dk_pe, from_f32_bf16);
+  res.dq_I = converted({Tq, d.HI, d.DI}, o.dq_I, from_f32_bf16);
+  res.dk_I = converted({Tq, d.DI}, o.dk_I, from_f32_bf16);
+  res.dw = converted({Tq, d.HI}, o.dw, from_f32_bf16);
+  res.dW_UK = converted({H, d.Dn, C}, o.dW_UK, from_f32_bf16);
+  res.dW_UV = converted({H, d.Dv, C}, o.dW_UV, from_f32_bf16);
+  res.loss = from_f32(o.loss);
+  return res;
+}
+
+// What every rank of one run shares, checked once: the problem is validated and laid out.
+Shared shared_of(const Problem& p, const StreamLayout& L, const FusedOptions& opt) {
   if (p.path == Path::explicit_)
     throw Unavailable("the fused cuda path implements the absorbed path only (path = explicit is not supported)");
   if (device_count() == 0) throw Unavailable("cuda: no CUDA device");
-  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
-  check_shapes(in, p.dims, L.tp);
-  const Dims& d = p.dims;
   const int64_t Tp = L.tp, Kp = topk_width(p.topk, Tp);
   int64_t Ka = Kp;
   if (opt.attention_indices) {
@@ -356,7 +385,32 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
     Ka = ai.dim(1);
   }
   const bool scores = opt.want_scores && Tp * Tp <= opt.max_score_elements;
-  const Shared S{p, in, opt, L, Kp, Ka, scores};
+  return Shared{p, opt, L, Kp, Ka, scores};
+}
+
+RankResult rank_part(const Shared& S, const Inputs& local, DeviceComm& comm) {
+  RankOut out;
+  run_rank(S, local, comm, out);
+  const int64_t Tq = static_cast<int64_t>(S.L.rank_rows[comm.rank()].size());
+  return to_rank_result(out, S.p.dims, Tq, S.L.tp, S.Kp, S.scores);
+}
+
+}  // namespace
+
+RankResult run_fused_rank(const Problem& p, const StreamLayout& L, const Inputs& local, const FusedOptions& opt,
+                          DeviceComm& comm) {
+  require(comm.size() == L.cp, "cp", "the communicator has " + std::to_string(comm.size()) + " ranks, the case cp " +
+                                         std::to_string(L.cp));
+  const Shared S = shared_of(p, L, opt);
+  check_shapes(local, p.dims, static_cast<int64_t>(L.rank_rows[comm.rank()].size()));
+  return rank_part(S, local, comm);
+}
+
+Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
+  validate(p);
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  const Shared S = shared_of(p, L, opt);
+  check_shapes(in, p.dims, L.tp);
 
   const int cp = static_cast<int>(L.cp);
   const CommKind kind = resolve_comm(opt.comm, cp);
@@ -364,13 +418,14 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   // (fused/comm/comm.hpp): a cp = 1 fuzz session creates its communicator once, not per case.
   const bool nccl = kind == CommKind::nccl;
   std::unique_ptr<CommGroup> group = nccl ? take_nccl_group(cp) : make_local_group(cp, 0);
-  std::vector<RankOut> outs(cp);
+  std::vector<RankResult> outs(cp);
   std::vector<std::exception_ptr> errs(cp);
   std::vector<std::thread> threads;
   for (int r = 0; r < cp; ++r)
     threads.emplace_back([&, r] {
       try {
-        run_rank(S, group->comm(r), outs[r]);
+        // Each rank reads only its shard, as a rank in a process of its own does (--comm mpi).
+        outs[r] = rank_part(S, shard_inputs(in, L.rank_rows[r]), group->comm(r));
       } catch (...) {
         errs[r] = std::current_exception();
         group->comm(r).abort();
@@ -380,53 +435,7 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);  // an aborted group is destroyed here, never reused
   if (nccl) give_back_nccl_group(std::move(group));
-
-  Result res;
-  const int64_t H = d.H, C = d.C, R = d.R;
-  res.topk = TensorI({Tp, Kp});
-  if (scores) res.scores = TensorD({Tp, Tp});
-  res.O = TensorD({Tp, H, d.Dv});
-  res.O_lat = TensorD({Tp, H, C});
-  res.lse = TensorD({Tp, H});
-  res.kl = TensorD({Tp});
-  res.loss = TensorD({1});
-  res.dq_nope = TensorD({Tp, H, d.Dn});
-  res.dq_pe = TensorD({Tp, H, R});
-  res.dW_UK = TensorD({H, d.Dn, C});
-  res.dW_UV = TensorD({H, d.Dv, C});
-  res.dc = TensorD({Tp, C});
-  res.dk_pe = TensorD({Tp, R});
-  res.dq_I = TensorD({Tp, d.HI, d.DI});
-  res.dk_I = TensorD({Tp, d.DI});
-  res.dw = TensorD({Tp, d.HI});
-  // An element still holding the 0xFF poison was never written: say so (dsa::unwritten_value).
-  auto bf = [](uint16_t v) { return is_poison_bits(v) ? unwritten_value() : double(bf16_float(v)); };
-  auto f32 = [](float v) {
-    return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : static_cast<double>(v);
-  };
-  auto f32_bf16 = [](float v) { return is_poison_bits(std::bit_cast<uint32_t>(v)) ? unwritten_value() : double(round_bf16(v)); };
-  for (int r = 0; r < cp; ++r) {
-    const auto& rows = L.rank_rows[r];
-    const RankOut& o = outs[r];
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::memcpy(res.topk.row(rows[i]), &o.topk[i * Kp], Kp * sizeof(int32_t));
-    if (scores) place(*res.scores, rows, o.scores, f32);
-    place(res.O, rows, o.O, bf);
-    place(res.O_lat, rows, o.O_lat, bf);
-    place(res.lse, rows, o.lse, f32);
-    place(res.kl, rows, o.kl, f32);
-    place(res.dq_nope, rows, o.dq_nope, bf);
-    place(res.dq_pe, rows, o.dq_pe, bf);
-    place(res.dc, rows, o.dc, f32_bf16);
-    place(res.dk_pe, rows, o.dk_pe, f32_bf16);
-    place(res.dq_I, rows, o.dq_I, f32_bf16);
-    place(res.dk_I, rows, o.dk_I, f32_bf16);
-    place(res.dw, rows, o.dw, f32_bf16);
-  }
-  for (int64_t i = 0; i < res.dW_UK.size(); ++i) res.dW_UK.data[i] = f32_bf16(outs[0].dW_UK[i]);
-  for (int64_t i = 0; i < res.dW_UV.size(); ++i) res.dW_UV.data[i] = f32_bf16(outs[0].dW_UV[i]);
-  res.loss.data[0] = f32(outs[0].loss);
-  return res;
+  return assemble_ranks(L, outs);
 }
 
 }  // namespace dsa::fused

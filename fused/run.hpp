@@ -8,8 +8,11 @@
 #include <string>
 
 #include "core/inputs.hpp"
+#include "core/layout.hpp"
 #include "core/problem.hpp"
+#include "core/rank_shard.hpp"
 #include "core/result.hpp"
+#include "fused/comm/comm.hpp"
 
 namespace dsa::fused {
 
@@ -32,6 +35,16 @@ CommKind resolve_comm(CommKind k, int64_t cp);
 
 // Throws dsa::Unavailable for a problem the fused path does not implement (path = explicit) or
 // without a device; std::runtime_error when a CUDA call fails.
+// run_fused's ranks run their shards (shard_inputs of their rows) through this one function too.
 Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt = {});
+
+// One CP rank of run_fused on a communicator made by the caller (`--comm mpi`: one process per
+// rank, NCCL bootstrapped over MPI): rank comm.rank() of p (validated, laid out as L, comm.size()
+// = the case's cp) on its shard `local` (shard_inputs(inputs, L.rank_rows[rank]); the weights
+// whole). opt.attention_indices, when given, are global [Tp, K'] rows. Returns its RankResult, the
+// local rows in the rank's order: assemble_ranks of every rank's gives run_fused's Result.
+// opt.comm is not used. Throws as run_fused does.
+RankResult run_fused_rank(const Problem& p, const StreamLayout& L, const Inputs& local, const FusedOptions& opt,
+                          DeviceComm& comm);
 
 }  // namespace dsa::fused

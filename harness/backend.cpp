@@ -15,6 +15,12 @@ std::vector<std::string> all_result_tensors() {
 
 std::vector<std::string> Backend::deterministic() const { return all_result_tensors(); }
 
+#ifdef DSA_HAVE_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
 void check_comm(const std::string& spec, const std::string& comm, bool mpi_built) {
   require(comm == "auto" || comm == "nccl" || comm == "local" || comm == "mpi", "--comm",
           "must be one of nccl|local|auto|mpi, got " + text::quoted(comm));
@@ -24,9 +30,16 @@ void check_comm(const std::string& spec, const std::string& comm, bool mpi_built
     require(mpi_built, "--comm",
             "mpi is not available in this build (configured without Open MPI: install libopenmpi-dev and "
             "openmpi-bin and configure again); use local or auto");
+    if (spec == "cuda") {
+      require(cuda_mpi_built(), "--comm",
+              "mpi with backend cuda needs CUDA and NCCL in the build (one process per GPU, NCCL bootstrapped over "
+              "MPI); this build has no " + std::string(kBuiltWithCuda ? "NCCL (nccl.h and libnccl were not found at configure time)" : "CUDA") +
+              "; use --comm local or nccl in one process");
+      return;
+    }
     require(reference, "--comm",
-            "mpi runs the CPU reference backends (reference, lowp, mutant:NAME) one process per CP rank, not "
-            "backend " + text::quoted(spec) + " (give one of those explicitly)");
+            "mpi runs the CPU reference backends (reference, lowp, mutant:NAME) and cuda one process per CP rank, "
+            "not backend " + text::quoted(spec) + " (give one of those explicitly)");
     return;
   }
   const bool cuda = spec == "cuda" || spec == "auto";

@@ -102,5 +102,10 @@ std::unique_ptr<Backend> make_exec2_backend(const std::string& command, const Ba
 // when no device is present.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt);
 bool cuda_device_present();
+// The tensors the cuda backend reproduces bit for bit: all but the sums over query rows through
+// fp32 atomics (dc, dk_pe, dk_I; README "Determinism"). In process and under --comm mpi alike.
+std::vector<std::string> cuda_deterministic_tensors();
+// Whether --backend cuda --comm mpi is built: CUDA, and NCCL for the ranks' communicator.
+bool cuda_mpi_built();
 
 }  // namespace dsa

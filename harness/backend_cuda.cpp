@@ -21,6 +21,20 @@ bool cuda_device_present() {
 #endif
 }
 
+std::vector<std::string> cuda_deterministic_tensors() {
+  std::vector<std::string> all = all_result_tensors();
+  std::erase_if(all, [](const std::string& n) { return n == "dc" || n == "dk_pe" || n == "dk_I"; });
+  return all;
+}
+
+bool cuda_mpi_built() {
+#if defined(DSA_HAVE_CUDA) && defined(DSA_HAVE_NCCL)
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifdef DSA_HAVE_CUDA
 namespace {
 
@@ -30,12 +44,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // run_fused has no explicit path yet (it throws Unavailable): fuzz draws absorbed cases only.
   std::vector<Path> paths() const override { return {Path::absorbed}; }
-  // dK~ (dc, dk_pe) and dk_I are sums over query rows through fp32 atomics (README "Determinism").
-  std::vector<std::string> deterministic() const override {
-    std::vector<std::string> all = all_result_tensors();
-    std::erase_if(all, [](const std::string& n) { return n == "dc" || n == "dk_pe" || n == "dk_I"; });
-    return all;
-  }
+  std::vector<std::string> deterministic() const override { return cuda_deterministic_tensors(); }
   BackendRun run(const Case& c, const PreparedCase& pc) override {
     const Inputs& in = pc.inputs;
     const std::optional<TensorI>& injected = pc.injected;

@@ -279,6 +279,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   if (o.random) ctx.paths = paths;
   ctx.comm = o.backend_opt.comm;
   ctx.world_size = o.world_size;
+  ctx.rank_devices = o.rank_devices;
 
   // fuzz selects its corpus by path (and cp, when the backend runs one) as it draws its random
   // cases: a corpus case the run does not draw is not selected (listed on stdout and in the report,

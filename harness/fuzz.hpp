@@ -45,6 +45,7 @@ struct SessionOptions {
   // unsharded run gives it (report index, case-<index>.json), so the shards' reports merge into it.
   Shard shard;
   int world_size = 1;                    // processes of the run: the MPI world size under --comm mpi
+  std::vector<std::string> rank_devices; // --backend cuda --comm mpi: each rank's GPU (rank_devices.hpp's describe)
 };
 
 struct ProfileDefaults {

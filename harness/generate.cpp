@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <numeric>
+#include <stdexcept>
 
 #include "core/bf16.hpp"
+#include "core/rank_shard.hpp"
 #include "harness/bounds.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
@@ -32,54 +35,74 @@ double base_stddev(const std::string& n, const Case& c) {
   return act;  // c, k_pe, q_I, dO
 }
 
-void fill(TensorD& t, const Stream& s, double stddev, bool uniform) {
-  const int64_t n = t.size();
+// Every feature below works on a set of rows: the row tensors of `in` hold the global rows g (local
+// row i is global row g[i], ascending), the weights are whole. The whole case is g = 0 … Tp−1; a
+// rank's shard is its rows (generate_rank_inputs), so one code path makes both, and every value
+// is a function of its global row and element (the Philox counters), never of who generates it.
+using Rows = std::vector<int64_t>;
+
+bool per_row(const std::string& n) { return n != "W_UK" && n != "W_UV"; }
+
+void fill(TensorD& t, const Stream& s, double stddev, bool uniform, const Rows* g) {
+  const int64_t n = t.size(), w = t.row_size();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    const double z = uniform ? (2.0 * s.uniform(i) - 1.0) * std::sqrt(3.0) : s.normal(i);
+    const int64_t at = g ? (*g)[i / w] * w + i % w : i;  // the element's global index: its counter
+    const double z = uniform ? (2.0 * s.uniform(at) - 1.0) * std::sqrt(3.0) : s.normal(at);
     t.data[i] = round_bf16(z * stddev);
   }
 }
 
 void set_row(TensorD& t, int64_t r, double v) { std::fill(t.row(r), t.row(r) + t.row_size(), v); }
 
+// Whether score_ties makes k_I row t a copy of row t − 1 (which may itself be a copy).
+bool k_I_row_copied(const Case& c, int64_t t) {
+  return t >= 1 && Stream(c.seed, "score_ties/duplicate_k_I_row").uniform(t) < 0.3;
+}
+
 // Exact score ties: w > 0, k_I >= 0, and some query rows with q_I <= 0 in every head, whose
 // ReLU scores are then exactly 0 on every key; plus k_I rows duplicated from the row before
-// (equal scores for every query, with or without ReLU).
-void apply_score_ties(Inputs& in, const Case& c) {
+// (equal scores for every query, with or without ReLU). A copied row's predecessor is in g
+// (generate_rank_inputs adds it).
+void apply_score_ties(Inputs& in, const Case& c, const Rows& g) {
   for (double& v : in.w.data) v = std::fabs(v);
   for (double& v : in.k_I.data) v = std::fabs(v);
-  const Stream neg(c.seed, "score_ties/negative_q_I_row"), dup(c.seed, "score_ties/duplicate_k_I_row");
-  const int64_t tp = in.k_I.dim(0);
-  for (int64_t g = 0; g < tp; ++g)
-    if (neg.uniform(g) < 0.4)
-      for (double* v = in.q_I.row(g); v != in.q_I.row(g) + in.q_I.row_size(); ++v) *v = -std::fabs(*v);
-  for (int64_t t = 1; t < tp; ++t)
-    if (dup.uniform(t) < 0.3) std::copy(in.k_I.row(t - 1), in.k_I.row(t), in.k_I.row(t));
+  const Stream neg(c.seed, "score_ties/negative_q_I_row");
+  const int64_t n = static_cast<int64_t>(g.size());
+  for (int64_t i = 0; i < n; ++i)
+    if (neg.uniform(g[i]) < 0.4)
+      for (double* v = in.q_I.row(i); v != in.q_I.row(i) + in.q_I.row_size(); ++v) *v = -std::fabs(*v);
+  for (int64_t i = 0; i < n; ++i)
+    if (k_I_row_copied(c, g[i])) {
+      if (i == 0 || g[i - 1] != g[i] - 1) throw std::logic_error("generate: a copied k_I row without its predecessor");
+      std::copy(in.k_I.row(i - 1), in.k_I.row(i), in.k_I.row(i));
+    }
 }
 
 // u = q_I·k_I == 0 exactly, where φ'(0) matters: zero heads of q_I and zero rows of k_I (at least
 // one of each).
-void apply_zero_rows(Inputs& in, const Case& c) {
+void apply_zero_rows(Inputs& in, const Case& c, const StreamLayout& L, const Rows& g) {
   const Stream sq(c.seed, "zero_rows/q_I"), sk(c.seed, "zero_rows/k_I");
-  const int64_t tp = in.k_I.dim(0), hi = in.q_I.dim(1), di = in.q_I.dim(2);
-  for (int64_t g = 0; g < tp; ++g)
+  const int64_t tp = L.tp, hi = in.q_I.dim(1), di = in.q_I.dim(2), n = static_cast<int64_t>(g.size());
+  for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < hi; ++h)
-      if (sq.uniform(g * hi + h) < 0.15 || (g == tp - 1 && h == 0)) std::fill_n(&in.q_I.at(g, h, 0), di, 0.0);
-  for (int64_t t = 0; t < tp; ++t)
-    if (sk.uniform(t) < 0.15 || t == tp / 2) set_row(in.k_I, t, 0.0);
+      if (sq.uniform(g[i] * hi + h) < 0.15 || (g[i] == tp - 1 && h == 0)) std::fill_n(&in.q_I.at(i, h, 0), di, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    if (sk.uniform(g[i]) < 0.15 || g[i] == tp / 2) set_row(in.k_I, i, 0.0);
 }
 
 // Huge finite k_I values (|x| ~ 1e4) in rows no earlier query can see: each segment's last row
 // and its pad rows. Scores stay finite (no inf, no NaN) but dwarf every other score.
-void apply_huge_future_k_I(Inputs& in, const Case& c, const StreamLayout& L) {
+void apply_huge_future_k_I(Inputs& in, const Case& c, const StreamLayout& L, const Rows& g) {
   const Stream s(c.seed, "huge_future_k_I");
   const int64_t di = in.k_I.dim(1);
-  for (int64_t seg = 0; seg < L.segments(); ++seg)
-    for (int64_t t = L.cu[seg]; t < L.cu[seg + 1]; ++t)
-      if (!L.is_real(t) || t == L.cu[seg + 1] - 1)
-        for (int64_t d = 0; d < di; ++d) in.k_I.at(t, d) = round_bf16(1e4 * (s.normal(t * di + d) >= 0 ? 1 : -1) *
-                                                                      (1.0 + std::fabs(s.normal(t * di + d))));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const int64_t t = g[i];
+    if (L.is_real(t) && t != L.cu[L.seg[t] + 1] - 1) continue;
+    for (int64_t d = 0; d < di; ++d)
+      in.k_I.at(int64_t(i), d) =
+          round_bf16(1e4 * (s.normal(t * di + d) >= 0 ? 1 : -1) * (1.0 + std::fabs(s.normal(t * di + d))));
+  }
 }
 
 // Hot keys (SPEC.md §10): the first (up to) 3 real rows of each segment get k_I = M·e_0, every
@@ -87,52 +110,87 @@ void apply_huge_future_k_I(Inputs& in, const Case& c, const StreamLayout& L) {
 // dwarfs the O(1) scores of other keys, so every row that sees them selects them: most rows of a
 // sequence select the same few keys (contention in the dK/dV reduction). Applied before score_ties,
 // which then makes its negative q_I rows (ties at 0 under ReLU) negative in dimension 0 too.
-void apply_hot_keys(Inputs& in, const StreamLayout& L) {
+void apply_hot_keys(Inputs& in, const StreamLayout& L, const Rows& g) {
   constexpr double M = 128.0;
-  const int64_t tp = in.k_I.dim(0), hi = in.q_I.dim(1);
+  const int64_t n = static_cast<int64_t>(g.size()), hi = in.q_I.dim(1);
   for (double& v : in.w.data) v = std::fabs(v);
-  for (int64_t g = 0; g < tp; ++g)
+  for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < hi; ++h) {
-      double& q0 = in.q_I.at(g, h, 0);
+      double& q0 = in.q_I.at(i, h, 0);
       q0 = round_bf16(std::fabs(q0) + 0.25);
     }
-  for (int64_t seg = 0; seg < L.segments(); ++seg)
-    for (int64_t t = L.cu[seg]; t < L.cu[seg + 1] && t < L.cu[seg] + 3; ++t)
-      if (L.is_real(t)) {
-        set_row(in.k_I, t, 0.0);
-        in.k_I.at(t, 0) = M;
-      }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = g[i];
+    if (L.is_real(t) && t < L.cu[L.seg[t]] + 3) {
+      set_row(in.k_I, i, 0.0);
+      in.k_I.at(i, 0) = M;
+    }
+  }
 }
 
 // NaN in the key-side rows of pad rows: legal only under pad_rows=masked, where no query sees them.
-void apply_poison_pad_keys(Inputs& in, const StreamLayout& L) {
-  for (int64_t t = 0; t < L.tp; ++t)
-    if (!L.is_real(t)) {
-      set_row(in.c, t, NAN);
-      set_row(in.k_pe, t, NAN);
-      set_row(in.k_I, t, NAN);
+void apply_poison_pad_keys(Inputs& in, const StreamLayout& L, const Rows& g) {
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!L.is_real(g[i])) {
+      set_row(in.c, int64_t(i), NAN);
+      set_row(in.k_pe, int64_t(i), NAN);
+      set_row(in.k_I, int64_t(i), NAN);
     }
 }
 
 StreamLayout layout_of(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
 
+// The inputs over rows g (ascending; every copied k_I row's predecessor among them).
+Inputs generate_rows(const Case& c, const StreamLayout& L, const Rows& g) {
+  const Problem& p = c.problem;
+  const bool all = static_cast<int64_t>(g.size()) == L.tp;  // g = 0 … Tp−1: the plain counters
+  Inputs in = zero_inputs(p.dims, static_cast<int64_t>(g.size()));
+  const bool uniform = c.init.distribution == "uniform";
+  in.for_each([&](const std::string& n, TensorD& t) {
+    fill(t, Stream(c.seed, n), base_stddev(n, c), uniform, per_row(n) && !all ? &g : nullptr);
+  });
+  if (c.init.hot_keys) apply_hot_keys(in, L, g);
+  if (c.init.score_ties) apply_score_ties(in, c, g);
+  if (c.init.zero_rows) apply_zero_rows(in, c, L, g);
+  if (c.init.huge_future_k_I) apply_huge_future_k_I(in, c, L, g);
+  if (c.init.poison_pad_keys) {
+    require(p.pad_rows == PadRows::masked, "init.poison_pad_keys", "requires pad_rows \"masked\"");
+    apply_poison_pad_keys(in, L, g);
+  }
+  return in;
+}
+
 }  // namespace
 
 Inputs generate_inputs(const Case& c) {
-  const Problem& p = c.problem;
-  const StreamLayout L = layout_of(p);
-  Inputs in = zero_inputs(p.dims, L.tp);
-  const bool uniform = c.init.distribution == "uniform";
-  in.for_each([&](const std::string& n, TensorD& t) { fill(t, Stream(c.seed, n), base_stddev(n, c), uniform); });
-  if (c.init.hot_keys) apply_hot_keys(in, L);
-  if (c.init.score_ties) apply_score_ties(in, c);
-  if (c.init.zero_rows) apply_zero_rows(in, c);
-  if (c.init.huge_future_k_I) apply_huge_future_k_I(in, c, L);
-  if (c.init.poison_pad_keys) {
-    require(p.pad_rows == PadRows::masked, "init.poison_pad_keys", "requires pad_rows \"masked\"");
-    apply_poison_pad_keys(in, L);
+  const StreamLayout L = layout_of(c.problem);
+  Rows all(L.tp);
+  std::iota(all.begin(), all.end(), 0);
+  return generate_rows(c, L, all);
+}
+
+Inputs generate_rank_inputs(const Case& c, int64_t rank) {
+  const StreamLayout L = layout_of(c.problem);
+  require(rank >= 0 && rank < L.cp, "rank", "must be in [0, cp), got " + std::to_string(rank));
+  const Rows& mine = L.rank_rows[rank];
+  // The rows to generate: the rank's, and under score_ties the k_I rows each copies from (a copy
+  // of a copy reaches back further), ascending.
+  std::vector<uint8_t> need(L.tp, 0);
+  for (int64_t t : mine) {
+    need[t] = 1;
+    if (c.init.score_ties)
+      for (int64_t s = t; k_I_row_copied(c, s) && !need[s - 1]; --s) need[s - 1] = 1;
   }
-  return in;
+  Rows g;
+  for (int64_t t = 0; t < L.tp; ++t)
+    if (need[t]) g.push_back(t);
+  const Inputs some = generate_rows(c, L, g);
+  // Their local positions, then the rank's rows in its own order.
+  std::vector<int64_t> at(L.tp, -1);
+  for (size_t i = 0; i < g.size(); ++i) at[g[i]] = static_cast<int64_t>(i);
+  Rows local;
+  for (int64_t t : mine) local.push_back(at[t]);
+  return shard_inputs(some, local);
 }
 
 std::optional<TensorI> injected_indices(const Case& c) {

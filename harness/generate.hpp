@@ -16,6 +16,12 @@ namespace dsa {
 // The case's inputs, adversarial features applied (InitSpec).
 Inputs generate_inputs(const Case& c);
 
+// Rank `rank`'s shard of the case's inputs: the rows L.rank_rows[rank] of every row tensor, in
+// that order, and the weights whole; equal to shard_inputs(generate_inputs(c), rows) bit for bit.
+// What a rank of `--backend cuda --comm mpi` generates: only those rows (and, under score_ties, the
+// k_I rows they are copies of). InvalidInput("rank", ...) outside [0, cp).
+Inputs generate_rank_inputs(const Case& c, int64_t rank);
+
 // The indices injected into the attention stage ([Tp, K'] global rows), when init.inject_indices.
 std::optional<TensorI> injected_indices(const Case& c);
 

@@ -12,6 +12,7 @@
 #include "core/bf16.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
+#include "core/rank_shard.hpp"
 
 namespace dsa {
 namespace {
@@ -141,6 +142,39 @@ TEST(Generate, AdversarialFeatures) {
   // Poison needs masked pad rows.
   a.problem.pad_rows = PadRows::attend;
   EXPECT_THROW(generate_inputs(a), InvalidInput);
+}
+
+// What a rank of --backend cuda --comm mpi generates, its shard, is the rows of the whole case bit
+// for bit whatever the features: a k_I row copied from the row before it (score_ties), that row
+// another rank's, and copies of copies included; zigzag and contiguous, cp 1 to 4.
+TEST(Generate, RankShardsAreTheRowsOfTheWholeCase) {
+  int64_t compared = 0;
+  for (const std::string profile : {"smoke", "default"})
+    for (int64_t i = 0; i < 24; ++i) {
+      Case c = random_case(profile, 7, i, all_paths(), 1 + i % 4);
+      c.init.score_ties = i % 4 != 3;
+      c.init.zero_rows = i % 2 == 0;
+      c.init.hot_keys = i % 3 == 0;
+      c.init.huge_future_k_I = i % 2 == 1;
+      c.init.poison_pad_keys = c.problem.pad_rows == PadRows::masked && i % 3 != 1;
+      c.init.distribution = i % 5 == 0 ? "uniform" : "normal";
+      const StreamLayout L = make_layout(c.problem.seqlens, c.problem.cp, c.problem.pad_rows);
+      const Inputs whole = generate_inputs(c);
+      for (int64_t r = 0; r < L.cp; ++r) {
+        const Inputs shard = generate_rank_inputs(c, r), want = shard_inputs(whole, L.rank_rows[r]);
+        want.for_each([&](const std::string& name, const TensorD& w) {
+          shard.for_each([&](const std::string& n, const TensorD& t) {
+            if (n != name) return;
+            ASSERT_EQ(t.shape, w.shape) << describe(c) << " rank " << r << " " << name;
+            EXPECT_EQ(std::memcmp(t.data.data(), w.data.data(), t.data.size() * sizeof(double)), 0)
+                << describe(c) << " rank " << r << " " << name;
+            ++compared;
+          });
+        });
+      }
+      EXPECT_THROW(generate_rank_inputs(c, L.cp), InvalidInput);
+    }
+  EXPECT_GE(compared, 48 * 10);
 }
 
 TEST(Generate, InjectedIndicesMixValidAndEveryKindOfInvalid) {

@@ -32,8 +32,7 @@ struct MpiBackend::Seen {
 // Rank 0's part of a case. Shared with its thread, which holds its own copies of what it reads: a
 // thread stuck in a collective outlives run() (the job is aborted after the report).
 struct MpiBackend::OwnRank {
-  PreparedCase pc;
-  RunOptions opt;
+  RankCase rc;
   std::atomic<bool> done{false};
   std::exception_ptr error;
   RankResult result;
@@ -54,10 +53,10 @@ extern "C" void on_sigcont(int) { g_launcher_ending = true; }
 
 }  // namespace
 
-MpiBackend::MpiBackend(Channel& ch, MpiHostComm& comm, std::string spec, RunOptions opt, double rank_timeout_s,
-                       int threads, std::vector<PlantedFault> faults)
-    : ch_(ch), comm_(comm), spec_(std::move(spec)), opt_(std::move(opt)), timeout_s_(rank_timeout_s),
-      threads_(threads), faults_(std::move(faults)) {
+MpiBackend::MpiBackend(Channel& ch, RankPart& part, std::string spec, double rank_timeout_s, int threads,
+                       std::vector<PlantedFault> faults)
+    : ch_(ch), part_(part), spec_(std::move(spec)), timeout_s_(rank_timeout_s), threads_(threads),
+      faults_(std::move(faults)) {
   g_launcher_ending = false;
   struct sigaction sa {};
   sa.sa_handler = on_sigcont;
@@ -67,7 +66,7 @@ MpiBackend::MpiBackend(Channel& ch, MpiHostComm& comm, std::string spec, RunOpti
 }
 
 MpiBackend::~MpiBackend() {
-  comm_.observer = nullptr;
+  part_.observe(nullptr);
   sigaction(SIGCONT, &g_old_cont, nullptr);
 }
 
@@ -294,6 +293,7 @@ BackendRun MpiBackend::run(const Case& c, const PreparedCase& pc) {
   if (failure_ || abort_)
     throw std::runtime_error("the MPI ranks cannot run another case: " + (failure_ ? failure_->message : "a case was stopped"));
   const int world = ch_.size();
+  if (const std::string why = part_.refuses(pc); !why.empty()) throw Unavailable(why);  // no rank is sent it
   if (pc.problem.cp.size != world)
     throw Unavailable("the case has cp " + std::to_string(pc.problem.cp.size) + ", but --comm mpi runs cases of cp = the MPI " +
                       "world size, " + std::to_string(world) + " here (run it under mpirun -np " +
@@ -313,10 +313,16 @@ BackendRun MpiBackend::run(const Case& c, const PreparedCase& pc) {
       fail(r, "timeout", "rank " + std::to_string(r) + " timed out after " + seconds(timeout_s_) +
                              " (--rank-timeout): it did not take the case", true);
     }
+  // What each rank must have generated: rank 0's digest of that rank's part of the whole case.
+  auto own = std::make_shared<OwnRank>();
+  own->rc = part_.take(pc, 0);
+  std::vector<uint64_t> expected(world);
+  expected[0] = part_digest(own->rc);
+  for (int r = 1; r < world; ++r) expected[r] = part_.sharded() ? part_digest(part_.take(pc, r)) : expected[0];
   Seen& me = seen_[0];
   me.agreed = true;
   me.case_hash = text_digest(body.dump());
-  me.inputs_hash = inputs_digest(pc);
+  me.inputs_hash = expected[0];
   me.seed = std::to_string(c.seed);
   wait_until([&] { return std::all_of(seen_.begin(), seen_.end(), [](const Seen& s) { return s.agreed; }); }, seq,
              "agree");
@@ -324,13 +330,13 @@ BackendRun MpiBackend::run(const Case& c, const PreparedCase& pc) {
   // 2. Every rank runs the same case on the same inputs, or none does.
   for (int r = 1; r < world; ++r) {
     const Seen& s = seen_[r];
-    if (s.case_hash == me.case_hash && s.inputs_hash == me.inputs_hash) continue;
+    if (s.case_hash == me.case_hash && s.inputs_hash == expected[r]) continue;
     std::string msg = "rank " + std::to_string(r) + " disagrees with rank 0 on the case: ";
     if (s.case_hash != me.case_hash)
       msg += "its case (seed " + s.seed + ") hashes to " + hex(s.case_hash) + ", rank 0's (seed " + me.seed + ") to " +
              hex(me.case_hash);
     else
-      msg += "its inputs hash to " + hex(s.inputs_hash) + ", rank 0's to " + hex(me.inputs_hash);
+      msg += "its inputs hash to " + hex(s.inputs_hash) + ", rank 0's of them to " + hex(expected[r]);
     for (int q = 1; q < world; ++q) ch_.send(q, Tag::go, json{{"seq", seq}, {"go", false}}.dump(), deadline_);
     fail(r, "disagree", msg, false);
   }
@@ -340,22 +346,18 @@ BackendRun MpiBackend::run(const Case& c, const PreparedCase& pc) {
                              " (--rank-timeout): it did not take the go", true);
 
   // 3. Rank 0's part on a thread of its own; the main thread watches the others meanwhile.
-  auto own = std::make_shared<OwnRank>();
-  own->pc = pc;
-  own->opt = opt_;
-  own->opt.attention_indices = pc.injected;
   own_ = own;
-  const int64_t base = comm_.entered();  // the counts of this case start at 0
-  comm_.observer = [own, base](int64_t entered, const char* what, bool inside) {
+  const int64_t base = part_.entered();  // the counts of this case start at 0
+  part_.observe([own, base](int64_t entered, const char* what, bool inside) {
     own->entered = entered - base;
     own->inside = inside;
     own->what = what;
-  };
-  std::thread([own, &comm = comm_, threads = threads_, faults = faults_, seq] {
+  });
+  std::thread([own, &part = part_, threads = threads_, faults = faults_, seq] {
     omp_set_num_threads(threads);
     try {
       act_planted(faults, 0, seq);
-      own->result = run_core_rank(own->pc.problem, own->pc.layout, own->pc.inputs, own->opt, comm);
+      own->result = part.run(own->rc);
     } catch (...) {
       own->error = std::current_exception();
     }

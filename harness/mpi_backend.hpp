@@ -1,8 +1,9 @@
 // Rank 0's side of `--comm mpi`: the backend the session (run_session) runs its cases on. For each
 // case, run() sends the case JSON to every other rank, waits until each confirms the same case and
-// inputs (hashes), lets them go, runs rank 0's own part of the reference core on a thread of its
-// own (its collectives meet the other ranks'), gathers the other ranks' RankResults and assembles
-// the global Result exactly as run_core_sharded does in process.
+// inputs (hashes of the part it generated: mpi_rank_part.hpp), lets them go, runs rank 0's own part
+// (the reference core, or the fused kernels) on a thread of its own (its collectives meet the
+// other ranks'), gathers the other ranks' RankResults and assembles the global Result exactly as
+// run_core_sharded and run_fused do in process.
 //
 // Every wait polls with the --rank-timeout deadline and watches for fault notices, so a rank that
 // crashes, hangs or disagrees fails the case (crash or timeout, the message naming the rank and
@@ -19,19 +20,21 @@
 #include "harness/backend.hpp"
 #include "harness/mpi_channel.hpp"
 #include "harness/mpi_fault_injection.hpp"
-#include "reference/comm_mpi.hpp"
+#include "harness/mpi_rank_part.hpp"
 
 namespace dsa::mpi {
 
 class MpiBackend final : public Backend {
  public:
-  // spec: reference | lowp | mutant:NAME, whose run options are opt; threads: rank 0's OpenMP
+  // spec: reference | lowp | mutant:NAME | cuda, whose ranks run `part`; threads: rank 0's OpenMP
   // threads for its part (what an in-process rank gets).
-  MpiBackend(Channel& ch, MpiHostComm& comm, std::string spec, RunOptions opt, double rank_timeout_s, int threads,
+  MpiBackend(Channel& ch, RankPart& part, std::string spec, double rank_timeout_s, int threads,
              std::vector<PlantedFault> faults);
   ~MpiBackend() override;
 
   std::string name() const override { return spec_; }
+  std::vector<Path> paths() const override { return part_.paths(); }
+  std::vector<std::string> deterministic() const override { return part_.deterministic(); }
   BackendRun run(const Case& c, const PreparedCase& pc) override;
   std::optional<int64_t> cp_size() const override { return ch_.size(); }
   std::optional<RankFailure> rank_failure() const override { return failure_; }
@@ -58,9 +61,8 @@ class MpiBackend final : public Backend {
   static void dump_for_tests(const Case& c, const Result& r, int64_t seq);
 
   Channel& ch_;
-  MpiHostComm& comm_;
+  RankPart& part_;
   std::string spec_;
-  RunOptions opt_;
   double timeout_s_;
   int threads_;
   std::vector<PlantedFault> faults_;

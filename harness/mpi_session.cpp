@@ -12,10 +12,12 @@
 #include "harness/mpi_backend.hpp"
 #include "harness/mpi_channel.hpp"
 #include "harness/mpi_fault_injection.hpp"
+#include "harness/mpi_rank_part.hpp"
 #include "harness/mpi_watchdog.hpp"
 #include "harness/mpi_wire.hpp"
 #include "harness/report.hpp"
 #include "harness/run_case.hpp"
+#include "reference/comm_mpi.hpp"
 
 namespace dsa {
 
@@ -55,8 +57,10 @@ std::string hex(uint64_t h) {
   return b;
 }
 
-// Ends the job now: the report is written, but ranks may be stuck in a collective for ever.
+// Ends the job now: the report is written, but ranks may be stuck in a collective for ever. What
+// the rank's part holds in one (an NCCL communicator) is released first (mpi_watchdog.hpp).
 [[noreturn]] void abort_job(int code, const std::string& why) {
+  release_before_abort();
   std::fflush(stdout);
   std::fprintf(stderr, "dsa-parity: ending the MPI job (MPI_Abort, exit %d): %s\n", code, why.c_str());
   std::fflush(stderr);
@@ -64,12 +68,13 @@ std::string hex(uint64_t h) {
   std::_Exit(code);
 }
 
-int drive(const SessionOptions& o, Channel& ch, MpiHostComm& comm, const RunOptions& opt, int threads,
-          const std::vector<PlantedFault>& faults, const json& mine) {
-  MpiBackend backend(ch, comm, o.backend, opt, o.backend_opt.rank_timeout_s, threads, faults);
+int drive(const SessionOptions& o, Channel& ch, RankPart& part, int threads, const std::vector<PlantedFault>& faults,
+          const json& mine) {
+  MpiBackend backend(ch, part, o.backend, o.backend_opt.rank_timeout_s, threads, faults);
   backend.handshake(mine);
   SessionOptions so = o;
   so.world_size = ch.size();
+  so.rank_devices = part.devices();
   int code = 0;
   try {
     code = run_session(so, backend);
@@ -84,34 +89,31 @@ int drive(const SessionOptions& o, Channel& ch, MpiHostComm& comm, const RunOpti
   return code;
 }
 
-// One case on a rank other than 0: generate, confirm, run its part, send its rows.
-void serve_case(Channel& ch, MpiHostComm& comm, const RunOptions& opt, const std::vector<PlantedFault>& faults,
-                const json& msg, int64_t seq) {
+// One case on a rank other than 0: generate its part, confirm, run it, send its rows.
+void serve_case(Channel& ch, RankPart& part, const std::vector<PlantedFault>& faults, const json& msg, int64_t seq) {
   Case c = case_from_json(msg.at("case"));
   if (planted(faults, ch.rank(), seq, "seed")) c.seed += 1;
-  const PreparedCase pc = prepare_case(c);
+  const RankCase rc = part.generate(c, ch.rank());
   ch.send(0, Tag::agree,
-          json{{"seq", seq}, {"case", hex(text_digest(to_json(c).dump()))}, {"inputs", hex(inputs_digest(pc))},
+          json{{"seq", seq}, {"case", hex(text_digest(to_json(c).dump()))}, {"inputs", hex(part_digest(rc))},
                {"seed", std::to_string(c.seed)}}
               .dump());
   if (!json::parse(ch.wait(0, {Tag::go}).bytes).at("go").get<bool>()) return;  // a rank disagreed: none runs
   act_planted(faults, ch.rank(), seq);
-  const int64_t base = comm.entered();
-  comm.observer = [&](int64_t entered, const char* what, bool inside) {
+  const int64_t base = part.entered();
+  part.observe([&](int64_t entered, const char* what, bool inside) {
     ch.send(0, Tag::progress,
             json{{"seq", seq}, {"entered", entered - base}, {"inside", inside}, {"what", what}}.dump());
-  };
-  RunOptions run = opt;
-  run.attention_indices = pc.injected;
-  const RankResult mine = run_core_rank(pc.problem, pc.layout, pc.inputs, run, comm);
-  comm.observer = nullptr;
+  });
+  const RankResult mine = part.run(rc);
+  part.observe(nullptr);
   std::string out(sizeof seq, '\0');
   std::memcpy(out.data(), &seq, sizeof seq);
   ch.send(0, Tag::output, out + pack_rank_result(mine));
 }
 
-int serve(const SessionOptions& o, Channel& ch, MpiHostComm& comm, const RunOptions& opt, int threads,
-          const std::vector<PlantedFault>& faults, json hello) {
+int serve(const SessionOptions& o, Channel& ch, RankPart& part, int threads, const std::vector<PlantedFault>& faults,
+          json hello) {
   omp_set_num_threads(threads);
   RankWatchdog watchdog(ch, o.backend_opt.rank_timeout_s);
   char host[256] = {0};
@@ -126,9 +128,9 @@ int serve(const SessionOptions& o, Channel& ch, MpiHostComm& comm, const RunOpti
     const int64_t seq = msg.at("seq").get<int64_t>();
     watchdog.arm(seq);
     try {
-      serve_case(ch, comm, opt, faults, msg, seq);
+      serve_case(ch, part, faults, msg, seq);
     } catch (const std::exception& e) {
-      comm.observer = nullptr;
+      part.observe(nullptr);
       watchdog.report_error(seq, e.what());
     }
     watchdog.disarm();
@@ -138,8 +140,11 @@ int serve(const SessionOptions& o, Channel& ch, MpiHostComm& comm, const RunOpti
 }  // namespace
 
 int run_mpi_session(const SessionOptions& o, const std::string& tool_version) {
+  const bool cuda = o.backend == "cuda";
   const std::optional<RunOptions> opt = reference_run_options(o.backend);
-  require(opt.has_value(), "--comm", "mpi runs the reference backends (reference, lowp, mutant:NAME) only");
+  require(cuda || opt.has_value(), "--comm", "mpi runs the reference backends (reference, lowp, mutant:NAME) and cuda only");
+  if (cuda)
+    require(cuda_mpi_built(), "--comm", "mpi with backend cuda needs CUDA and NCCL in the build");
   const std::vector<PlantedFault> faults = planted_faults();  // a malformed one is bad usage, before MPI starts
   int provided = MPI_THREAD_SINGLE;
   mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
@@ -148,11 +153,14 @@ int run_mpi_session(const SessionOptions& o, const std::string& tool_version) {
     throw Unavailable("the MPI library gives thread level " + std::to_string(provided) +
                       "; --comm mpi needs MPI_THREAD_MULTIPLE (rank 0 watches the other ranks while its own part runs)");
   Channel ch;
-  MpiHostComm comm;
+  // cuda: every rank picks its GPU and the choices are checked together (a refusal is the same on
+  // every rank, before any case); the reference: MpiHostComm.
+  std::unique_ptr<RankPart> part = cuda ? make_cuda_part() : make_reference_part(*opt);
+  BeforeAbort release([p = part.get()] { p->abort(); });
   const json mine = identity(o, tool_version, ch.size());
   const int threads = threads_per_rank();
-  if (ch.rank() == 0) return drive(o, ch, comm, *opt, threads, faults, mine);
-  return serve(o, ch, comm, *opt, threads, faults, mine);
+  if (ch.rank() == 0) return drive(o, ch, *part, threads, faults, mine);
+  return serve(o, ch, *part, threads, faults, mine);
 }
 
 }  // namespace dsa

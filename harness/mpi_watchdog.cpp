@@ -8,6 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -150,9 +155,46 @@ void RankWatchdog::loop() {
                    "and rank 0 has not ended the job: aborting it\n",
                    ch_.rank(), (long long)seq, ran);
       std::fflush(stderr);
+      release_before_abort();
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+}
+
+namespace {
+
+std::mutex g_release_mutex;
+std::function<void()> g_release;
+
+}  // namespace
+
+BeforeAbort::BeforeAbort(std::function<void()> release) {
+  std::lock_guard<std::mutex> lock(g_release_mutex);
+  g_release = std::move(release);
+}
+
+BeforeAbort::~BeforeAbort() {
+  std::lock_guard<std::mutex> lock(g_release_mutex);
+  g_release = nullptr;
+}
+
+void release_before_abort() {
+  std::function<void()> release;
+  {
+    std::lock_guard<std::mutex> lock(g_release_mutex);
+    release = std::exchange(g_release, nullptr);  // once
+  }
+  if (!release) return;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([release, done] {
+    try {
+      release();
+    } catch (...) {
+    }
+    *done = true;
+  }).detach();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!*done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 }  // namespace dsa::mpi

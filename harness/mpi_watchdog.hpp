@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -46,5 +47,18 @@ class RankWatchdog {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// What this process releases just before it ends the job with MPI_Abort (rank 0 after its report,
+// or a watchdog past its backstop): the NCCL communicator a collective may be stuck in
+// (ncclCommAbort), so the GPU is let go in order. Set for the scope of the object. The release runs
+// on a thread of its own for at most 2 s: one that hangs cannot keep the job from ending.
+class BeforeAbort {
+ public:
+  explicit BeforeAbort(std::function<void()> release);
+  ~BeforeAbort();
+  BeforeAbort(const BeforeAbort&) = delete;
+  BeforeAbort& operator=(const BeforeAbort&) = delete;
+};
+void release_before_abort();
 
 }  // namespace dsa::mpi

@@ -94,16 +94,18 @@ RankResult unpack_rank_result(const std::string& bytes) {
   return r;
 }
 
-uint64_t inputs_digest(const PreparedCase& pc) {
+uint64_t inputs_digest(const Inputs& in, const std::optional<TensorI>& injected) {
   std::string hashes;  // one FNV-1a per tensor, then one over them all
   auto add = [&](uint64_t h) { hashes.append(reinterpret_cast<const char*>(&h), sizeof h); };
-  pc.inputs.for_each([&](const std::string& name, const TensorD& t) {
+  in.for_each([&](const std::string& name, const TensorD& t) {
     add(name_hash(name));
     add(name_hash(bytes_of(t)));
   });
-  if (pc.injected) add(name_hash(bytes_of(*pc.injected)));
+  if (injected) add(name_hash(bytes_of(*injected)));
   return name_hash(hashes);
 }
+
+uint64_t inputs_digest(const PreparedCase& pc) { return inputs_digest(pc.inputs, pc.injected); }
 
 uint64_t text_digest(const std::string& text) { return name_hash(text); }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "check/prepared.hpp"
@@ -20,6 +21,8 @@ RankResult unpack_rank_result(const std::string& bytes);
 // FNV-1a (harness/philox.hpp's) over the case's inputs and injected indices, tensor by tensor:
 // two ranks that generated different inputs for one case disagree on it.
 uint64_t inputs_digest(const PreparedCase& pc);
+// The same over any inputs (a rank's shard) and injected indices.
+uint64_t inputs_digest(const Inputs& in, const std::optional<TensorI>& injected);
 // FNV-1a of text (the case JSON every rank re-serializes from what it received).
 uint64_t text_digest(const std::string& text);
 

@@ -484,6 +484,7 @@ json context_json(const RunContext& ctx) {
   if (!ctx.merged.is_null()) context["merged"] = ctx.merged;
   context["comm"] = ctx.comm;
   context["world_size"] = ctx.world_size;
+  if (!ctx.rank_devices.empty()) context["rank_devices"] = ctx.rank_devices;
   return context;
 }
 

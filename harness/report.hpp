@@ -71,6 +71,7 @@ struct RunContext {
   nlohmann::json merged;              // dsa-parity merge: the shard reports it came from (null: none)
   std::string comm = "auto";          // --comm: auto | local | nccl | mpi
   int world_size = 1;                 // processes of the run (--comm mpi: one per CP rank)
+  std::vector<std::string> rank_devices;  // --backend cuda --comm mpi: the GPU of each rank (empty: not written)
   std::optional<RankFailure> rank_failure;  // the rank whose failure ended the session, and how
 };
 

@@ -219,6 +219,7 @@ RunContext context_from_json(const json& report) {
   ctx.repeat = c.value("repeat", 1);
   if (c.contains("shard")) ctx.shard = Shard{c["shard"].at("index").get<int64_t>(), c["shard"].at("count").get<int64_t>()};
   if (c.contains("merged")) ctx.merged = c["merged"];
+  ctx.rank_devices = c.value("rank_devices", std::vector<std::string>{});
   // The environment as the report recorded it: the keys environment_json() writes.
   ctx.environment = json::object();
   const json here = environment_json();  // (a named object: items() of a temporary would dangle)

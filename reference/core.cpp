@@ -18,7 +18,6 @@
 namespace dsa {
 namespace {
 
-using detail::kNegInf;
 using detail::Rank;
 using detail::RankOutput;
 using detail::RankPlan;
@@ -43,51 +42,6 @@ void check_run(const Problem& p, const StreamLayout& L, const Inputs& in, const 
   validate(p);
   check_shapes(in, p.dims, L.tp);
   check_indices(L, p, opt);
-}
-
-// Writes local row i of a rank's [Tq, ...] tensor into global row g of a [Tp, ...] tensor.
-template <class T>
-void place_rows(const Tensor<T>& local, const std::vector<int64_t>& rows, Tensor<T>& global) {
-  if (local.data.empty()) return;
-  if (global.data.empty()) {
-    Shape s = local.shape;
-    s[0] = static_cast<int64_t>(global.shape.empty() ? 0 : global.shape[0]);
-    global = Tensor<T>(s);
-  }
-  const int64_t n = local.row_size();
-  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(local.row(i), n, global.row(rows[i]));
-}
-
-Result assemble(const StreamLayout& L, const std::vector<RankOutput>& ranks,
-                const std::vector<std::vector<int64_t>>& own_rows) {
-  require(!ranks.empty() && ranks.size() == own_rows.size(), "ranks",
-          "one result per rank is needed, got " + std::to_string(ranks.size()) + " for " +
-              std::to_string(own_rows.size()) + " ranks");
-  Result r;
-  auto global_rows = [&](const TensorD& t) {
-    if (t.shape.empty()) return TensorD();  // a stage not run (attention_backward = false)
-    Shape s = t.shape;
-    s[0] = L.tp;
-    return TensorD(s);
-  };
-  const RankOutput& r0 = ranks[0];
-  if (!r0.scores.data.empty()) r.scores = TensorD({L.tp, L.tp}, kNegInf);
-  if (!r0.topk.shape.empty()) r.topk = TensorI({L.tp, r0.topk.shape[1]}, -1);
-  TensorD* g[] = {&r.O, &r.O_lat, &r.lse, &r.kl, &r.dq_nope, &r.dq_pe, &r.dq_I, &r.dw, &r.dc, &r.dk_pe, &r.dk_I};
-  const TensorD RankOutput::*l[] = {&RankOutput::O,     &RankOutput::O_lat, &RankOutput::lse,
-                                     &RankOutput::kl,    &RankOutput::dq_nope, &RankOutput::dq_pe,
-                                     &RankOutput::dq_I,  &RankOutput::dw,   &RankOutput::dc,
-                                     &RankOutput::dk_pe, &RankOutput::dk_I};
-  for (size_t k = 0; k < std::size(g); ++k) *g[k] = global_rows(r0.*l[k]);
-  for (size_t q = 0; q < ranks.size(); ++q) {
-    if (r.scores) place_rows(ranks[q].scores, own_rows[q], *r.scores);
-    if (!r.topk.shape.empty()) place_rows(ranks[q].topk, own_rows[q], r.topk);
-    for (size_t k = 0; k < std::size(g); ++k) place_rows(ranks[q].*l[k], own_rows[q], *g[k]);
-  }
-  r.dW_UK = r0.dW_UK;
-  r.dW_UV = r0.dW_UV;
-  if (!r0.kl.shape.empty()) r.loss = TensorD({1}, r0.loss);  // the loss stage ran
-  return r;
 }
 
 // The rows a rank computes with: its real rows, or the rows a planted layout bug makes it believe.
@@ -146,7 +100,7 @@ Result run_core(const Problem& p, const StreamLayout& L, const Inputs& in, const
   plan.gather_order = plan.rows;
   std::vector<RankOutput> out;
   out.push_back(run_rank(p, L, in, opt, plan));
-  return assemble(L, out, {plan.own_rows});
+  return assemble_ranks(L, out, {plan.own_rows});
 }
 
 Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& opt) {
@@ -173,7 +127,7 @@ Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& op
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  return assemble(L, outs, L.rank_rows);
+  return assemble_ranks(L, outs);
 }
 
 RankResult run_core_rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt,
@@ -186,8 +140,5 @@ RankResult run_core_rank(const Problem& p, const StreamLayout& L, const Inputs& 
   return run_rank(p, L, in, opt, plan);
 }
 
-Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& ranks) {
-  return assemble(L, ranks, L.rank_rows);
-}
 
 }  // namespace dsa

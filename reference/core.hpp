@@ -8,6 +8,7 @@
 #include "core/layout.hpp"
 #include "core/mutant.hpp"
 #include "core/problem.hpp"
+#include "core/rank_shard.hpp"
 #include "core/result.hpp"
 #include "reference/comm.hpp"
 
@@ -36,25 +37,13 @@ Result run_core(const Problem& p, const Inputs& in, const RunOptions& opt);
 // The same on a problem already validated and laid out (check/prepared.hpp): nothing is rebuilt.
 Result run_core(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt);
 
-// What one CP rank of a sharded run returns: its local query rows in the rank's own order
-// (StreamLayout::rank_rows), its key rows' gradients summed over ranks, and the weight gradients
-// and the loss summed over ranks (identical on every rank).
-struct RankResult {
-  TensorD scores;  // [Tq, Tp] or empty (not materialized)
-  TensorI topk;
-  TensorD O, O_lat, lse, kl, dq_nope, dq_pe, dq_I, dw;  // local rows
-  TensorD dc, dk_pe, dk_I;                              // local rows, reduced over ranks
-  TensorD dW_UK, dW_UV;                                 // reduced over ranks
-  double loss = 0;
-};
+// RankResult (what one CP rank returns) and assemble_ranks are in core/rank_shard.hpp.
 
 // Rank comm.rank() of the sharded run over comm, whose size must be p.cp.size: what one process of
 // `--comm mpi` computes. Every rank calls it with the same problem, inputs and options (the
 // collectives would not match otherwise). The problem must be validated and laid out (L).
 RankResult run_core_rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt,
                          HostComm& comm);
-// The global Result of every rank's RankResult, in rank order: what run_core_sharded returns.
-Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& ranks);
 
 // Rank-by-rank execution over an in-process communicator (cp threads). Each rank sees only its
 // own query rows and all-gathers the keys; key gradients are reduce-scattered. The per-rank

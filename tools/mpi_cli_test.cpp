@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/backend.hpp"
+#ifdef DSA_HAVE_CUDA
+#include "fused/device.hpp"
+#endif
 #include "harness/case.hpp"
 #include "harness/exec_protocol.hpp"
 #include "harness/run_case.hpp"
@@ -261,7 +264,8 @@ TEST(MpiSession, ACaseOfAnotherCpCannotRunNamingTheWorldSize) {
 TEST(MpiSession, UsageIsCheckedBeforeAnyRankStarts) {
   const std::string d = cli_testing::scratch("dsa-mpi");
   fs::copy_file(kCases + "/edge/zigzag_worked_example_cp2.json", d + "/x.json");
-  for (const std::string bad : {"fuzz --backend cuda --comm mpi --cases 1", "fuzz --backend auto --comm mpi --cases 1",
+  // (cuda --comm mpi is usage only in a build without CUDA or NCCL: MpiCuda.* below.)
+  for (const std::string bad : {"fuzz --backend auto --comm mpi --cases 1",
                                 "fuzz --backend exec:true --comm mpi --cases 1", "repro x.json --backend exec:true --comm mpi",
                                 "shrink x.json --backend lowp --comm mpi"}) {
     const Timed r = run_in(d, q(kBin) + " " + bad);
@@ -281,6 +285,172 @@ TEST(MpiLayer, CollectivesRanksAndWireUnderMpirun) {
     EXPECT_EQ(r.code, 0) << "np " << np << "\n" << r.out;
   }
 }
+
+// ---- --backend cuda --comm mpi (harness/mpi_cuda_part.cpp) ----------------------------------------
+// Without a device (CI) the refusals run: every rank says it cannot run (exit 3) and none hangs.
+// With devices, what the GPU count allows: one rank gives the in-process run's results, more ranks
+// than GPUs are refused on every rank (exit 2), and faults end the run naming the rank; the rest
+// skips saying how many GPUs it needs (reports/device/device-run.sh, stage mpicuda, runs them).
+
+int gpus() {
+#ifdef DSA_HAVE_CUDA
+  return fused::device_count();
+#else
+  return 0;
+#endif
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+#define REQUIRE_CUDA_MPI_BUILD()                                                                  \
+  if (!cuda_mpi_built())                                                                         \
+  GTEST_SKIP() << "this build has no CUDA or no NCCL: --backend cuda --comm mpi is refused as usage " \
+                  "(MpiCuda.UsageWithoutCudaOrNcclInTheBuild)"
+#define REQUIRE_GPUS(n)                                                                           \
+  if (gpus() < (n))                                                                              \
+  GTEST_SKIP() << "needs " << (n) << " CUDA device(s), " << gpus()                               \
+               << " here: run on the GPU machine (reports/device/device-run.sh, stage mpicuda)"
+
+TEST(MpiCuda, UsageWithoutCudaOrNcclInTheBuild) {
+  if (cuda_mpi_built()) GTEST_SKIP() << "built with CUDA and NCCL: --backend cuda --comm mpi is no usage error here";
+  const std::string d = cli_testing::scratch("dsa-mpi");
+  const Timed r = run_in(d, q(kBin) + " fuzz --backend cuda --comm mpi --cases 1 --corpus none");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--comm: mpi with backend cuda needs CUDA and NCCL"), std::string::npos) << r.out;
+}
+
+TEST(MpiCuda, WithoutADeviceEveryRankCannotRunAndNoneHangs) {
+  REQUIRE_CUDA_MPI_BUILD();
+  if (gpus() > 0) GTEST_SKIP() << "a CUDA device is present: the device tests below run instead";
+  const std::string d = cli_testing::scratch("dsa-mpi");
+  // One rank without a launcher (an MPI singleton), then 1, 2 and 3 ranks under mpirun.
+  std::vector<std::pair<int, std::string>> runs = {{1, ""}};
+  if (!mpirun(1).empty())
+    for (int np : {1, 2, 3}) runs.push_back({np, mpirun(np) + " "});
+  for (auto& [np, launcher] : runs) {
+    SCOPED_TRACE(launcher.empty() ? "singleton" : "np " + std::to_string(np));
+    const Timed r = run_in(d, launcher + q(kBin) + " fuzz --backend cuda --comm mpi --profile smoke --cases 2 --corpus none " +
+                                  "--rank-timeout 5 --report r.json");
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_LT(r.seconds, 30) << r.out;
+    EXPECT_EQ(count_of(r.out, "cannot run here: --backend cuda --comm mpi: rank 0 (host "), size_t(np)) << r.out;
+    EXPECT_NE(r.out.find("sees no CUDA device; every rank needs a GPU of its own"), std::string::npos) << r.out;
+  }
+}
+
+TEST(MpiCuda, MoreRanksOnANodeThanGpusIsRefusedOnEveryRank) {
+  REQUIRE_CUDA_MPI_BUILD();
+  REQUIRE_MPIRUN();
+  REQUIRE_GPUS(1);
+  const std::string d = cli_testing::scratch("dsa-mpi");
+  const int np = gpus() + 1;
+  const Timed r = run_in(d, mpirun(np) + " " + q(kBin) + " fuzz --backend cuda --comm mpi --profile smoke --cases 2 " +
+                                "--corpus none --rank-timeout 5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_LT(r.seconds, 60) << r.out;
+  EXPECT_EQ(count_of(r.out, "error: -np: NCCL cannot put two ranks on one GPU"), size_t(np)) << r.out;
+}
+
+// Every tensor but those of `except`: shapes and bits.
+void expect_same_bits_but(const Result& a, const Result& b, const std::vector<std::string>& except,
+                          const std::string& what) {
+  EXPECT_EQ(a.topk.data, b.topk.data) << what << ": topk";
+  a.for_each_float([&](const std::string& name, const TensorD& t) {
+    if (std::find(except.begin(), except.end(), name) != except.end()) return;
+    b.for_each_float([&](const std::string& n, const TensorD& u) {
+      if (n != name) return;
+      ASSERT_EQ(t.shape, u.shape) << what << ": " << name;
+      EXPECT_EQ(std::memcmp(t.data.data(), u.data.data(), t.data.size() * sizeof(double)), 0) << what << ": " << name;
+    });
+  });
+}
+
+TEST(MpiCuda, RanksGiveTheInProcessResultsOnEveryGpuCount) {
+  REQUIRE_CUDA_MPI_BUILD();
+  REQUIRE_MPIRUN();
+  REQUIRE_GPUS(1);
+  const std::string d = cli_testing::scratch("dsa-mpi");
+  for (int np = 1; np <= std::min(gpus(), 8); np *= 2) {
+    SCOPED_TRACE("np " + std::to_string(np));
+    const std::string dump = d + "/np" + std::to_string(np);
+    fs::create_directories(dump);
+    const Timed r = run_in(d, "DSA_TEST_MPI_DUMP=" + q(dump) + " " + mpirun(np) + " " + q(kBin) +
+                                  " fuzz --backend cuda --comm mpi --profile smoke --cases 8 --corpus none --report r.json");
+    ASSERT_TRUE(r.code == 0 || r.code == 1) << r.out;
+    const json rep = report_at(d + "/r.json");
+    EXPECT_EQ(rep["context"]["comm"], "mpi");
+    EXPECT_EQ(rep["context"]["world_size"], np);
+    EXPECT_EQ(rep["context"]["rank_devices"].size(), size_t(np)) << rep["context"].dump();
+    DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
+    // The same cases in one process, ranks as threads (--comm local): the same bits, but for the
+    // sums through fp32 atomics (the backend's deterministic() leaves those out) and, on more than
+    // two ranks, the sums over ranks: NCCL's order of additions is not the local communicator's
+    // rank order (on two, a + b = b + a).
+    BackendOptions local;
+    local.comm = "local";
+    const auto in_process = make_backend("cuda", local);
+    std::vector<std::string> atomics = {"dc", "dk_pe", "dk_I"};
+    if (np > 2) atomics.insert(atomics.end(), {"dW_UK", "dW_UV", "loss"});
+    int cases = 0;
+    for (int64_t seq = 0; fs::exists(dump + "/case-" + std::to_string(seq) + ".json"); ++seq, ++cases) {
+      const Case c = load_case(dump + "/case-" + std::to_string(seq) + ".json");
+      const Result over_mpi = exec::read_outputs(dump + "/result-" + std::to_string(seq) + ".safetensors", c);
+      expect_same_bits_but(over_mpi, in_process->run(c, prepare_case(c)).result, atomics, describe(c));
+      // And the verdict: the report's record against run_case in process.
+      const CaseVerdict v = run_case(c, *in_process);
+      EXPECT_EQ(rep["cases"][seq]["verdict"], name(v.verdict)) << describe(c);
+    }
+    EXPECT_EQ(cases, 8);
+  }
+}
+
+struct CudaFault {
+  const char* kind;
+  int np;               // ranks (and GPUs needed)
+  const char* planted;  // DSA_TEST_MPI_FAULT
+  int rank;             // the rank the report must name
+  const char* how;
+  const char* says;
+};
+void PrintTo(const CudaFault& f, std::ostream* os) { *os << f.kind; }
+class CudaRankFault : public ::testing::TestWithParam<CudaFault> {};
+
+TEST_P(CudaRankFault, EndsTheRunWithinItsDeadlineNamingTheRank) {
+  const CudaFault& f = GetParam();
+  REQUIRE_CUDA_MPI_BUILD();
+  REQUIRE_MPIRUN();
+  REQUIRE_GPUS(f.np);
+  const std::string d = cli_testing::scratch("dsa-mpi");
+  const Timed r = run_in(d, "DSA_TEST_MPI_FAULT=" + std::string(f.planted) + " " + mpirun(f.np) + " " + q(kBin) +
+                                " fuzz --backend cuda --comm mpi --profile smoke --cases 6 --corpus none --rank-timeout 5" +
+                                " --report r.json --junit j.xml");
+  EXPECT_NE(r.code, 0) << r.out;  // never a pass
+  EXPECT_LT(r.seconds, 5 + 30) << r.out;
+  EXPECT_NE(r.out.find(f.says), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(d + "/r.json")) << "rank 0 wrote no report\n" << r.out;
+  const json rep = report_at(d + "/r.json");
+  const json& failure = rep["summary"]["rank_failure"];
+  ASSERT_TRUE(failure.is_object()) << rep["summary"].dump();
+  EXPECT_EQ(failure["how"], f.how);
+  EXPECT_EQ(failure["rank"], f.rank);
+  EXPECT_EQ(rep["summary"]["failed"], 1);
+  EXPECT_NE(slurp(d + "/j.xml").find("rank_failure"), std::string::npos);
+}
+
+// hang on rank 1 of 2: rank 0 waits inside an NCCL collective (the progress note says so); rank 0's
+// deadline names rank 1, the report is written, ncclCommAbort, then MPI_Abort.
+INSTANTIATE_TEST_SUITE_P(
+    MpiCuda, CudaRankFault,
+    ::testing::Values(CudaFault{"rank0_hang_np1", 1, "0:1:hang", 0, "timeout", "timed out after 5 s (--rank-timeout)"},
+                      CudaFault{"rank0_error_np1", 1, "0:2:error", 0, "crash", "planted error"},
+                      CudaFault{"hang_np2", 2, "1:1:hang", 1, "timeout", "rank 0 inside collective"},
+                      CudaFault{"segv_np2", 2, "1:2:segv", 1, "crash", "killed by SIGSEGV"},
+                      CudaFault{"seed_np2", 2, "1:1:seed", 1, "disagree", "disagrees with rank 0 on the case"}),
+    [](const ::testing::TestParamInfo<CudaFault>& i) { return std::string(i.param.kind); });
 
 }  // namespace
 }  // namespace dsa

@@ -20,13 +20,14 @@ inline const char* const kBackendHelp =
     "reference | lowp | cuda | auto (cuda when a device is present, else lowp; the run prints the choice) | "
     "mutant:NAME (see dsa-parity mutants) | exec:CMD | exec2:CMD";
 
-// --comm: how CP ranks talk. cuda: nccl|local|auto; the reference backends: local or mpi (one
-// process per rank under an MPI launcher: fuzz, repro and replay only, in a build with Open MPI).
+// --comm: how CP ranks talk. cuda: nccl|local|auto|mpi; the reference backends: local or mpi. mpi is
+// one process per rank under an MPI launcher: fuzz, repro and replay only, in a build with Open MPI.
 inline CLI::Option* add_comm_flag(CLI::App& app, std::string& comm) {
   return add_value(app, "--comm", comm,
-                   "how CP ranks communicate. cuda: nccl|local|auto. reference, lowp, mutant:NAME: local (ranks as "
-                   "threads, reference too) or mpi (one process per rank: mpirun -np N dsa-parity fuzz|repro|replay "
-                   "--comm mpi; needs a build with Open MPI); auto: as ever",
+                   "how CP ranks communicate. cuda: nccl|local|auto, or mpi (one process per GPU, NCCL bootstrapped "
+                   "over MPI). reference, lowp, mutant:NAME: local (ranks as threads, reference too) or mpi (one "
+                   "process per rank). mpi: mpirun -np N dsa-parity fuzz|repro|replay --comm mpi, in a build with "
+                   "Open MPI (and NCCL for cuda); auto: as ever",
                    "nccl|local|auto|mpi")
       ->check(one_of({"nccl", "local", "auto", "mpi"}));
 }

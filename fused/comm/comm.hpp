@@ -49,6 +49,15 @@ bool nccl_available();
 // The NCCL library's version at run time ("2.27.3"), or "not built".
 std::string nccl_version();
 
+// NCCL with one process per rank (`--comm mpi`), bootstrapped by the caller as nccl-tests does:
+// rank 0 makes the unique id (nccl_unique_id: ncclGetUniqueId's opaque bytes), the caller sends it
+// to every rank (MPI_Bcast; fused/ knows nothing of MPI), and each rank joins with make_nccl_rank
+// (ncclCommInitRank on `device`, which waits until all `size` ranks have joined). abort() is
+// ncclCommAbort: it releases a rank stuck in a collective whose peer will never come. Both throw
+// dsa::Unavailable when built without NCCL, std::runtime_error when NCCL fails.
+std::string nccl_unique_id();
+std::unique_ptr<DeviceComm> make_nccl_rank(const std::string& unique_id, int rank, int size, int device);
+
 // Reuse of NCCL groups across cases (ncclCommInitAll costs tens to hundreds of milliseconds, more
 // than a small case's kernels): take_nccl_group hands out a cached group of this world size (on
 // devices 0 … size−1) or makes one; give_back_nccl_group returns a group whose run finished

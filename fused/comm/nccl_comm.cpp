@@ -1,6 +1,7 @@
 // NCCL communicators: one rank per GPU, one host thread per GPU in this process (ncclCommInitAll).
 // Without NCCL the factory throws dsa::Unavailable.
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -28,7 +29,9 @@ void nccl_check(ncclResult_t r, const char* what) {
 class NcclComm final : public DeviceComm {
  public:
   NcclComm(ncclComm_t c, int rank, int size, int device) : c_(c), rank_(rank), size_(size), device_(device) {}
-  ~NcclComm() override { ncclCommDestroy(c_); }
+  ~NcclComm() override {
+    if (!aborted_) ncclCommDestroy(c_);  // an aborted communicator is already freed
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const override { return device_; }
@@ -117,6 +120,34 @@ std::unique_ptr<CommGroup> make_nccl_group(int size) {
 #else
   (void)size;
   throw Unavailable("built without NCCL (use --comm local)");
+#endif
+}
+
+std::string nccl_unique_id() {
+#ifdef DSA_HAVE_NCCL
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  return std::string(id.internal, sizeof id.internal);
+#else
+  throw Unavailable("built without NCCL: --backend cuda --comm mpi needs NCCL (nccl.h and libnccl at configure time)");
+#endif
+}
+
+std::unique_ptr<DeviceComm> make_nccl_rank(const std::string& unique_id, int rank, int size, int device) {
+#ifdef DSA_HAVE_NCCL
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof id.internal)
+    throw std::runtime_error("make_nccl_rank: the NCCL unique id has " + std::to_string(unique_id.size()) +
+                             " bytes, not " + std::to_string(sizeof id.internal));
+  std::memcpy(id.internal, unique_id.data(), sizeof id.internal);
+  DSA_CUDA_CHECK(cudaSetDevice(device));
+  ncclComm_t c;
+  nccl_check(ncclCommInitRank(&c, size, id, rank), "ncclCommInitRank");
+  ++g_created;
+  return std::make_unique<NcclComm>(c, rank, size, device);
+#else
+  (void)unique_id, (void)rank, (void)size, (void)device;
+  throw Unavailable("built without NCCL: --backend cuda --comm mpi needs NCCL (nccl.h and libnccl at configure time)");
 #endif
 }
 

@@ -17,6 +17,10 @@
 # MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds;
 # failures are shrunk (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its
 # report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each.
+# mpicuda: --backend cuda --comm mpi (one process per rank, NCCL bootstrapped over MPI): the nightly
+# on one rank for MPI_S seconds, the very cases it ran replayed with --comm local and their verdicts
+# compared (reports/device/compare_verdicts.py), -np GPUs+1 refused (exit 2, no hang), -np 2/4/8 up to
+# the GPU count (MPI_S seconds each), then the MpiCuda* tests of mpi_cli_tests.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}
@@ -89,6 +93,32 @@ for stage in $STAGES; do
         done
         [ -d $scratch/regressions ] && cp -r $scratch/regressions $OUT/megatron-shrunk-$tag
       done ;;
+    mpicuda)
+      cmake --build build -j16 --target mpi_cli_tests >> $OUT/build.log 2>&1 || echo "mpi_cli_tests did not build"
+      # As root Open MPI wants both variables; --bind-to none: rank 0's CPU oracle keeps every core.
+      export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+      mpi="mpirun --allow-run-as-root --bind-to none"
+      ngpu=$(nvidia-smi -L | wc -l)
+      echo "GPUs: $ngpu"
+      $mpi -np 1 ./build/dsa-parity fuzz --backend cuda --comm mpi --profile nightly --time-budget ${MPI_S:-60} \
+        --seed $SEED --report $OUT/fuzz-mpicuda-np1.json --junit $OUT/fuzz-mpicuda-np1.xml > $OUT/fuzz-mpicuda-np1.log 2>&1
+      echo "np 1 exit $?"; tail -6 $OUT/fuzz-mpicuda-np1.log
+      python3 reports/device/compare_verdicts.py export $OUT/fuzz-mpicuda-np1.json $OUT/mpicuda-np1-cases
+      ./build/dsa-parity replay $OUT/mpicuda-np1-cases --backend cuda --comm local --report $OUT/replay-mpicuda-np1-local.json \
+        > $OUT/replay-mpicuda-np1-local.log 2>&1; echo "replay --comm local exit $?"
+      python3 reports/device/compare_verdicts.py compare $OUT/fuzz-mpicuda-np1.json $OUT/replay-mpicuda-np1-local.json \
+        2>&1 | tee $OUT/mpicuda-np1-compare.log | tail -12
+      timeout 120 $mpi -np $((ngpu + 1)) --oversubscribe ./build/dsa-parity fuzz --backend cuda --comm mpi --cases 1 \
+        --corpus none > $OUT/mpicuda-refusal.log 2>&1
+      echo "np $((ngpu + 1)) exit $? (2 expected: more ranks than GPUs)"; grep -m1 "NCCL cannot" $OUT/mpicuda-refusal.log
+      for np in 2 4 8; do
+        [ $np -le $ngpu ] || break
+        $mpi -np $np ./build/dsa-parity fuzz --backend cuda --comm mpi --profile nightly --time-budget ${MPI_S:-60} \
+          --seed $SEED --report $OUT/fuzz-mpicuda-np$np.json > $OUT/fuzz-mpicuda-np$np.log 2>&1
+        echo "np $np exit $?"; tail -4 $OUT/fuzz-mpicuda-np$np.log
+      done
+      timeout 400 ./build/tools/mpi_cli_tests --gtest_filter='MpiCuda*' 2>&1 | tee $OUT/mpicuda-tests.log | \
+        grep -E "PASSED|FAILED|Failure|SKIPPED|skip" ;;
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
       tail -6 $OUT/replay.log ;;
