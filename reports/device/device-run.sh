@@ -117,7 +117,7 @@ for stage in $STAGES; do
           --seed $SEED --report $OUT/fuzz-mpicuda-np$np.json > $OUT/fuzz-mpicuda-np$np.log 2>&1
         echo "np $np exit $?"; tail -4 $OUT/fuzz-mpicuda-np$np.log
       done
-      timeout 400 ./build/tools/mpi_cli_tests --gtest_filter='MpiCuda*' 2>&1 | tee $OUT/mpicuda-tests.log | \
+      timeout ${MPI_TESTS_S:-400} ./build/tools/mpi_cli_tests --gtest_filter='MpiCuda*' 2>&1 | tee $OUT/mpicuda-tests.log | \
         grep -E "PASSED|FAILED|Failure|SKIPPED|skip" ;;
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
