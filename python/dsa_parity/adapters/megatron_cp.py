@@ -59,9 +59,9 @@ TIMEOUT = float(os.environ.get("DSA_MEGATRON_CP_TIMEOUT", 300))
 ROW_INPUTS = ("q_nope", "q_pe", "c", "k_pe", "q_I", "k_I", "w", "dO", "indices")
 WEIGHTS = ("W_UK", "W_UV")
 SUMMED = ("dW_UK", "dW_UV")
-# A test hook: DSA_MEGATRON_CP_KILL_RANK=r makes rank r exit abruptly before its forward (a rank
-# that dies must end the case as an error, never a hang).
-KILL_RANK = os.environ.get("DSA_MEGATRON_CP_KILL_RANK")
+# A test hook: DSA_MEGATRON_CP_FAULT=die:R makes rank R exit abruptly before its forward, hang:R
+# makes it sleep there (a rank that dies or hangs must end the case as an error, never a hang).
+FAULT = os.environ.get("DSA_MEGATRON_CP_FAULT", "")
 
 
 def check(case):
@@ -121,8 +121,10 @@ def _rank_main(rank, cp, store, case, inputs, conn):
         M = A.megatron_loader.load()
         if backend == "gloo":
             A.megatron_loader.cp_shims(M, device)
-        if KILL_RANK is not None and int(KILL_RANK) == rank:
+        if FAULT == "die:%d" % rank:
             os._exit(9)
+        if FAULT == "hang:%d" % rank:
+            time.sleep(1e6)
         rows = np.asarray(case.layout["rank_rows"][rank], dtype=np.int64)
         local = {n: (inputs[n][rows] if n in ROW_INPUTS else inputs[n]) for n in ROW_INPUTS + WEIGHTS if n in inputs}
         saved = A.DEVICE
@@ -195,7 +197,7 @@ def run(case, inputs):
                     except EOFError:
                         procs[r].join(5)
                         raise RuntimeError("Megatron CP rank %d of %d died (exit code %s) before answering"
-                                           % (r, cp, procs[r].exitcode))
+                                           % (r, cp, procs[r].exitcode)) from None
                     del pending[r]
                     if answers[r][0] != "ok":
                         raise RuntimeError("Megatron CP rank %d of %d failed: %s" % (r, cp, answers[r][1]))
