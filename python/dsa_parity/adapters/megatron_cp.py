@@ -56,6 +56,9 @@ from dsa_parity.adapters import megatron as A
 from dsa_parity.worker import CannotRun
 
 TIMEOUT = float(os.environ.get("DSA_MEGATRON_CP_TIMEOUT", 300))
+# Where the ranks' tensors live: auto (the worker's DSA_MEGATRON_DEVICE) or cpu (gloo on the host
+# even for a CUDA worker; what reports/device/device-run.sh uses until the GPU CP path has run).
+CP_DEVICE = os.environ.get("DSA_MEGATRON_CP_DEVICE", "auto")
 ROW_INPUTS = ("q_nope", "q_pe", "c", "k_pe", "q_I", "k_I", "w", "dO", "indices")
 WEIGHTS = ("W_UK", "W_UV")
 SUMMED = ("dW_UK", "dW_UV")
@@ -81,7 +84,7 @@ def check(case):
 
 def backend_for(cp):
     """(torch.distributed backend, device of rank r)."""
-    if A.ON_GPU:
+    if A.ON_GPU and CP_DEVICE != "cpu":
         if torch.cuda.device_count() >= cp:
             return "nccl", lambda r: "cuda:%d" % r
         return "gloo", lambda r: A.DEVICE
@@ -165,11 +168,12 @@ def run(case, inputs):
     """The case's outputs in global row order, from cp rank processes running DSAttention.forward."""
     check(case)
     cp = case.cp
-    if A.ON_GPU and backend_for(cp)[0] == "gloo" and os.environ.get("DSA_MEGATRON_CP_SHARE_GPU", "1") != "1":
+    on_gpu = A.ON_GPU and CP_DEVICE != "cpu"
+    if on_gpu and backend_for(cp)[0] == "gloo" and os.environ.get("DSA_MEGATRON_CP_SHARE_GPU", "1") != "1":
         raise CannotRun("cp = %d needs %d GPUs for NCCL; this machine has %d (DSA_MEGATRON_CP_SHARE_GPU=1 "
                         "runs the ranks on one GPU over gloo)" % (cp, cp, torch.cuda.device_count()))
     # fork: the ranks inherit the loaded modules (fast); spawn on CUDA (a CUDA context cannot be forked)
-    ctx = multiprocessing.get_context("spawn" if A.ON_GPU else "fork")
+    ctx = multiprocessing.get_context("spawn" if on_gpu else "fork")
     folder = tempfile.mkdtemp(prefix="dsa-megatron-cp-")
     procs, conns = [], []
     answers = {}
