@@ -27,12 +27,12 @@ The loss and its gradient across ranks, as Megatron's training loop has them:
   * value: DSAttention hands each rank's loss L_r = coeff · Σ_{g on r} KL[g] / (rows of r) to
     DSAIndexerLossLoggingHelper.save_loss_to_tracker with avg_group = the CP group (dsa.py:1938,
     not per-token loss); reduce_loss_in_tracker then all-reduces it with ReduceOp.AVG over that
-    group (dsa.py:329-331). reduce_across_ranks() below does exactly that reduction (gloo has no
+    group (dsa.py:328-331). reduce_across_ranks() below does exactly that reduction (gloo has no
     AVG: SUM then / cp) on the groups DSAttention passed; the pipeline and data-parallel reductions
     of the same function are over one rank here.
   * gradient: the schedule sets DSAIndexerLossAutoScaler's backward scale to
-    loss_scale · cp / num_microbatches (pipeline_parallel/schedules.py:394-396) and the DDP
-    wrapper scales every non-expert gradient by 1 / (dp · cp) (distributed_data_parallel.py:275-277);
+    loss_scale · cp / num_microbatches (pipeline_parallel/schedules.py:394-397) and the DDP
+    wrapper scales every non-expert gradient by 1 / (dp · cp) (distributed_data_parallel.py:274-278);
     with dp = 1, one microbatch and no loss scaling these cancel, so each rank backpropagates its
     own L_r with scale 1 (set explicitly below) next to its rows of dO.
 """
