@@ -228,6 +228,25 @@ class ContextParallelTest(unittest.TestCase):
                 err = float(np.max(np.abs(got[n][fin] - factor * want[n][fin]), initial=0))
                 self.assertLess(err, 1e-5 * scale * factor, "cp %d %s %s %s" % (cp, path, loss, n))
 
+    def test_cp_runs_in_bf16_over_gloo(self):
+        # gloo has no bf16: the gathers' shim moves bf16 as fp32 (exact); the outputs agree with
+        # Megatron's bf16 cp = 1 answer to bf16 rounding (dc: summed across ranks in fp32 there).
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_cp
+        case, x = cp_case(2)
+        saved = A.DTYPE
+        A.DTYPE = "bfloat16"
+        try:
+            got = megatron_cp.run(case, x)
+            case.cp = 1
+            want = A.run(case, x)
+        finally:
+            A.DTYPE = saved
+        np.testing.assert_array_equal(got["topk"], want["topk"])
+        for n in ("O", "O_lat", "lse", "kl", "loss", "dq_nope", "dc", "dW_UV"):
+            scale = float(np.max(np.abs(want[n])))
+            self.assertLess(float(np.max(np.abs(got[n] - want[n]))), 0.02 * scale + 1e-6, n)
+
     def test_a_rank_that_dies_or_hangs_ends_the_case_with_a_message(self):
         from dsa_parity.adapters import megatron_cp
         case, x = cp_case(2)

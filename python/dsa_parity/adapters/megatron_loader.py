@@ -28,9 +28,10 @@ replaced, by cp_shims(), and only for a gloo process group:
   * mappings.dist_all_gather_func / dist_reduce_scatter_func (all_gather_into_tensor /
     reduce_scatter_tensor, mappings.py:10-19) -> the same collectives written with
     torch.distributed.all_gather (list) and all_reduce + this rank's slice. Reason: torch's gloo
-    backend implements neither (_allgather_base, _reduce_scatter_base). Same results: the gather
-    concatenates the ranks' tensors in rank order, the reduce-scatter gives rank r the sum over
-    ranks of slice r (fp32 sums of cp terms, possibly in another order than NCCL's).
+    backend implements neither (_allgather_base, _reduce_scatter_base), nor bf16 at all. Same
+    results: the gather concatenates the ranks' tensors in rank order (bf16 travels as fp32,
+    exactly), the reduce-scatter gives rank r the sum over ranks of slice r (summed in fp32, bf16
+    rounded once at the end; NCCL's ring may round after each step, and may add in another order).
 
 With NCCL (one GPU per rank) nothing is replaced.
 """
@@ -235,12 +236,16 @@ class _TorchOnDevice(types.ModuleType):
 
 def _gloo_all_gather_into_tensor(output, input_, group=None):
     import torch
-    torch.distributed.all_gather(list(torch.chunk(output, group.size(), dim=0)), input_, group=group)
+    wire = torch.float32 if input_.dtype == torch.bfloat16 else input_.dtype  # gloo has no bf16: exact
+    parts = [torch.empty(input_.shape, dtype=wire, device=input_.device) for _ in range(group.size())]
+    torch.distributed.all_gather(parts, input_.to(wire), group=group)
+    output.copy_(torch.cat(parts, dim=0))
 
 
 def _gloo_reduce_scatter_tensor(output, input_, group=None):
     import torch
-    full = input_.clone()
+    wire = torch.float32 if input_.dtype == torch.bfloat16 else input_.dtype  # bf16: summed in fp32, rounded once
+    full = input_.to(wire).clone()
     torch.distributed.all_reduce(full, group=group)
     output.copy_(torch.chunk(full, group.size(), dim=0)[group.rank()])
 
