@@ -3,6 +3,8 @@ PR #3674 on top of the functions megatron.py calls one by one (packed THD masks,
 key reach the loss, fused-hook fallbacks, the loss attached to the output by
 DSAIndexerLossAutoScaler, one backward for everything).
 
+At cp > 1 megatron_cp.py calls run_rank() in each CP rank process with the CP group.
+
 DSAttention is built by its own constructor. Its indexer module (projections, RoPE, LayerNorm,
 Hadamard from hidden states: outside SPEC's core) is replaced by a stand-in whose
 forward_before_topk returns the case's q_I, k_I and w; the loss tracker (training-loop logging,
@@ -29,7 +31,8 @@ class IndexerInputs:
 
 
 class ModuleConfig(A.Config):
-    """The TransformerConfig fields DSAttention reads (cp = tp = 1, no sequence parallelism)."""
+    """The TransformerConfig fields DSAttention reads (tp = 1, no sequence parallelism; cp from the
+    group run_rank is given; the loss a mean over rows: calculate_per_token_loss off)."""
 
     def __init__(self, M, case):
         super().__init__(M, case.dims["C"])
