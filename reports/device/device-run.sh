@@ -20,7 +20,8 @@
 # cp > 1 cases; zigzag ones run through Megatron's own CP (adapters/megatron_cp.py: a process per CP
 # rank, DSAttention.forward each, unfused kernels), with the ranks on the host CPU over gloo
 # (MEGATRON_CP_DEVICE=cpu, the default here; cuda: NCCL with a GPU per rank, else the ranks share the
-# GPU over gloo, not yet run) and each case's ranks bounded by MEGATRON_CP_TIMEOUT (60) seconds.
+# GPU over gloo, not yet run), CPU-sized (Tp <= 1024, H*Tp^2 <= 2^26, larger: cannot-run) and each
+# case's ranks bounded by MEGATRON_CP_TIMEOUT (60) seconds.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
 NIGHTLY_S=${NIGHTLY_S:-280}

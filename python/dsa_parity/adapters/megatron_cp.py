@@ -59,6 +59,9 @@ TIMEOUT = float(os.environ.get("DSA_MEGATRON_CP_TIMEOUT", 300))
 # Where the ranks' tensors live: auto (the worker's DSA_MEGATRON_DEVICE) or cpu (gloo on the host
 # even for a CUDA worker; what reports/device/device-run.sh uses until the GPU CP path has run).
 CP_DEVICE = os.environ.get("DSA_MEGATRON_CP_DEVICE", "auto")
+# Ranks on the CPU keep the CPU limits even under a CUDA worker (its limits are the GPU's).
+CPU_MAX_TOKENS = int(os.environ.get("DSA_MEGATRON_CP_CPU_MAX_TOKENS", 1024))
+CPU_MAX_SCORES = int(os.environ.get("DSA_MEGATRON_CP_CPU_MAX_SCORES", 1 << 26))
 ROW_INPUTS = ("q_nope", "q_pe", "c", "k_pe", "q_I", "k_I", "w", "dO", "indices")
 WEIGHTS = ("W_UK", "W_UV")
 SUMMED = ("dW_UK", "dW_UV")
@@ -80,6 +83,11 @@ def check(case):
     if A.KERNELS != "unfused":
         raise CannotRun("cp > 1 drives DSAttention.forward with the unfused kernels only "
                         "(DSA_MEGATRON_KERNELS=%s under CP is not driven)" % A.KERNELS)
+    if not (A.ON_GPU and CP_DEVICE != "cpu"):
+        scores = case.dims["H"] * case.tp * case.tp
+        if case.tp > CPU_MAX_TOKENS or scores > CPU_MAX_SCORES:
+            raise CannotRun("CP ranks on the CPU take Tp <= %d and H*Tp^2 <= %d (DSA_MEGATRON_CP_CPU_MAX_TOKENS, "
+                            "_MAX_SCORES): Tp %d, H*Tp^2 %d" % (CPU_MAX_TOKENS, CPU_MAX_SCORES, case.tp, scores))
 
 
 def backend_for(cp):
