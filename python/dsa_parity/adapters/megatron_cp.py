@@ -120,6 +120,8 @@ def _die_with_parent():
 
 def _rank_main(rank, cp, store, case, inputs, conn):
     _die_with_parent()
+    os.dup2(2, 1)  # fd 1 is the worker's protocol pipe: nothing of a rank may reach it
+    sys.stdout = sys.stderr
     try:
         torch.set_num_threads(1)
         backend, device_of = backend_for(cp)
