@@ -15,6 +15,7 @@ mkdir -p "$dest"
 git --git-dir="$gitdir" archive "$commit" LICENSE \
   megatron/core/transformer/experimental_attention_variant \
   megatron/core/packed_seq_params.py \
+  megatron/core/tensor_parallel/mappings.py \
   megatron/core/transformer/enums.py | tar -x -C "$dest"
 echo "$commit" > "$dest/COMMIT"
 echo "$dest: Megatron-LM $commit ($(du -sk "$dest" | cut -f1) KiB)"

@@ -82,6 +82,44 @@ def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
     return Case(d), {n: bf16(rng.standard_normal(s) * 0.5) for n, s in shapes.items()}
 
 
+def cp_case(cp, path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
+    """small_case's tensors on a zigzag CP layout (SPEC §1: each segment padded to 2·cp, rank r
+    holding chunk r then chunk 2cp−1−r of every segment); the same stream as a cp = 1 case."""
+    from dsa_parity.worker import Case
+    case1, _ = small_case(path, loss, seqlens)
+    P = [(L + 2 * cp - 1) // (2 * cp) * 2 * cp for L in seqlens]
+    cu = [int(v) for v in np.concatenate([[0], np.cumsum(P)])]
+    rank_rows = [sum((list(range(c + r * p // (2 * cp), c + (r + 1) * p // (2 * cp))) +
+                      list(range(c + (2 * cp - 1 - r) * p // (2 * cp), c + (2 * cp - r) * p // (2 * cp)))
+                      for c, p in zip(cu, P)), []) for r in range(cp)]
+    real = sum(([1] * L + [0] * (p - L) for L, p in zip(seqlens, P)), [])
+    layout = {"tp": cu[-1], "cp": cp, "layout": "zigzag", "cu_padded": cu, "real": real, "pad_rows": "attend",
+              "rows_per_rank": cu[-1] // cp, "rank_rows": rank_rows}
+    with open(os.path.join(case1.folder, "layout.json"), "w") as f:
+        json.dump(layout, f)
+    tp, H, Dn, R, C, Dv, HI, DI = cu[-1], 4, 8, 4, 16, 8, 8, 8
+    shapes = {"q_nope": (tp, H, Dn), "q_pe": (tp, H, R), "c": (tp, C), "k_pe": (tp, R), "W_UK": (H, Dn, C),
+              "W_UV": (H, Dv, C), "q_I": (tp, HI, DI), "k_I": (tp, DI), "w": (tp, HI), "dO": (tp, H, Dv)}
+    rng = np.random.default_rng(5)
+    bf16 = lambda a: torch.tensor(a).to(torch.bfloat16).double().numpy()  # noqa: E731
+    return Case(case1.folder), {n: bf16(rng.standard_normal(s) * 0.5) for n, s in shapes.items()}
+
+
+def processes_with(marker):
+    """Live processes whose environment holds marker (the test's own rank processes, if any survive)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
 @need_torch
 @need_megatron
 class AdapterTest(unittest.TestCase):
@@ -155,10 +193,75 @@ class AdapterTest(unittest.TestCase):
         case.pad_rows = "masked"
         with self.assertRaisesRegex(CannotRun, "masked"):
             A.run(case, x)
-        case.pad_rows, case.cp = "attend", 2
-        with self.assertRaisesRegex(CannotRun, "cp = 1"):
-            A.run(case, x)
-        self.assertFalse(A.CAPABILITIES.cp)
+        from dsa_parity.adapters import megatron_cp
+        case, x = cp_case(2)
+        case.layout["layout"] = "contiguous"
+        with self.assertRaisesRegex(CannotRun, "zigzag only"):
+            megatron_cp.run(case, x)
+        self.assertTrue(A.CAPABILITIES.cp)
+
+
+@need_torch
+@need_megatron
+class ContextParallelTest(unittest.TestCase):
+    def test_cp_ranks_give_megatron_cp1_answers_but_indexer_grads_times_cp(self):
+        # Megatron's CP (cp rank processes over gloo, DSAttention.forward each, its gathers, reorder,
+        # rank-local bounds and loss reduction) against Megatron at cp = 1 on the same padded
+        # stream: every output agrees except the indexer gradients, cp times larger
+        # (docs/megatron-parity.md D5: each rank backpropagates its own rows' mean).
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_cp
+        for cp, path, loss in ((2, "absorbed", "sparse"), (3, "explicit", "dense"), (2, "explicit", "off")):
+            case, x = cp_case(cp, path, loss)
+            got = megatron_cp.run(case, x)
+            case.cp = 1
+            want = A.run(case, x)
+            self.assertEqual(set(got), set(want) - {"scores"}, (cp, path, loss))
+            for n in set(got):
+                factor = cp if n in ("dq_I", "dk_I", "dw") and loss != "off" else 1
+                if n == "topk":
+                    np.testing.assert_array_equal(got[n], want[n])
+                    continue
+                fin = np.isfinite(want[n])
+                np.testing.assert_array_equal(np.isfinite(got[n]), fin, err_msg=n)
+                scale = max(1.0, float(np.max(np.abs(want[n][fin]), initial=0)))
+                err = float(np.max(np.abs(got[n][fin] - factor * want[n][fin]), initial=0))
+                self.assertLess(err, 1e-5 * scale * factor, "cp %d %s %s %s" % (cp, path, loss, n))
+
+    def test_cp_runs_in_bf16_over_gloo(self):
+        # gloo has no bf16: the gathers' shim moves bf16 as fp32 (exact); the outputs agree with
+        # Megatron's bf16 cp = 1 answer to bf16 rounding (dc: summed across ranks in fp32 there).
+        from dsa_parity.adapters import megatron as A
+        from dsa_parity.adapters import megatron_cp
+        case, x = cp_case(2)
+        saved = A.DTYPE
+        A.DTYPE = "bfloat16"
+        try:
+            got = megatron_cp.run(case, x)
+            case.cp = 1
+            want = A.run(case, x)
+        finally:
+            A.DTYPE = saved
+        np.testing.assert_array_equal(got["topk"], want["topk"])
+        for n in ("O", "O_lat", "lse", "kl", "loss", "dq_nope", "dc", "dW_UV"):
+            scale = float(np.max(np.abs(want[n])))
+            self.assertLess(float(np.max(np.abs(got[n] - want[n]))), 0.02 * scale + 1e-6, n)
+
+    def test_a_rank_that_dies_or_hangs_ends_the_case_with_a_message(self):
+        from dsa_parity.adapters import megatron_cp
+        case, x = cp_case(2)
+        saved = megatron_cp.FAULT, megatron_cp.TIMEOUT
+        try:
+            megatron_cp.FAULT = "die:1"
+            with self.assertRaisesRegex(RuntimeError, "rank 1 of 2 died"):
+                megatron_cp.run(case, x)
+            megatron_cp.FAULT, megatron_cp.TIMEOUT = "hang:0", 5
+            with self.assertRaisesRegex(RuntimeError, r"no answer within 5 s"):
+                megatron_cp.run(case, x)
+        finally:
+            megatron_cp.FAULT, megatron_cp.TIMEOUT = saved
+        import multiprocessing
+        self.assertEqual(multiprocessing.active_children(), [])  # every rank process reaped
 
 
 @need_torch
@@ -192,17 +295,55 @@ class StreamingTest(unittest.TestCase):
 @need_binary
 class FuzzTest(unittest.TestCase):
     def test_smoke_fuzz_gives_the_expected_verdicts(self):
-        # Every cp = 1 case without injected indices passes; cp > 1 and masked pad rows are
-        # cannot-run (never pass or fail).
+        # Every cp = 1 case without injected indices passes; masked pad rows and the contiguous CP
+        # layout are cannot-run (never pass or fail); zigzag cp > 1 runs Megatron's CP
+        # (test_cp_smoke_fuzz_gives_the_expected_verdicts).
         r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "40", "--corpus", "none", "--seed", "7"])
         for c in rep["cases"]:
             cp = c["case"].get("cp", {}).get("size", 1)
             injected = c["case"].get("init", {}).get("inject_indices", False)
-            if cp > 1 or c["case"].get("pad_rows") == "masked":
+            if c["case"].get("pad_rows") == "masked" or c["case"].get("cp", {}).get("layout") == "contiguous" and cp > 1:
                 self.assertEqual(c["verdict"], "cannot-run", c)
-            elif not injected:
+            elif cp == 1 and not injected:
                 self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
         self.assertGreaterEqual(verdicts(rep).count("pass"), 3, r.stdout)
+
+    def test_cp_smoke_fuzz_gives_the_expected_verdicts(self):
+        # cp 2 and 3 through Megatron's own CP (rank processes over gloo): a zigzag case without
+        # injected indices passes every stage but the indexer gradients, which fail by the factor cp
+        # (D5) when the loss is on and pass when it is off; contiguous is cannot-run. D4 (explicit,
+        # one head, Dn = C) is a crash there as at cp = 1. No rank process outlives the harness.
+        marker = "DSA_TEST_CP_MARKER_%d" % os.getpid()
+        seen = {}
+        for seed in (5,):  # seed 5 draws zigzag cp 2 and 3 cases without injected indices, and contiguous ones
+            r, rep = report_of(["fuzz", "--profile", "smoke", "--cases", "40", "--corpus", "none", "--seed",
+                                str(seed)], **{marker: "1"})
+            for c in rep["cases"]:
+                case, cp = c["case"], c["case"].get("cp", {}).get("size", 1)
+                layout = case.get("cp", {}).get("layout", "zigzag")  # the report leaves defaults out
+                if cp not in (2, 3) or case.get("pad_rows", "attend") == "masked":
+                    continue
+                if layout == "contiguous":
+                    self.assertEqual(c["verdict"], "cannot-run", c)
+                    self.assertIn("zigzag only", c["message"])
+                    seen[(cp, layout)] = "cannot-run"
+                    continue
+                if case.get("init", {}).get("inject_indices", False):
+                    continue  # D1-D3 apply as at cp = 1
+                d = case["dims"]
+                if case["path"] == "explicit" and d["H"] == 1 and d["Dn"] == d["C"]:
+                    self.assertIn("requires up_v_weight", c["message"])
+                    continue
+                failed = {t["tensor"] for t in c.get("tensors", []) if t.get("status") == "fail"}
+                if case["loss"]["mode"] == "off" or "loss_backward" not in case.get("stages", ["loss_backward"]):
+                    self.assertEqual(c["verdict"], "pass", json.dumps(c)[:2000])
+                else:
+                    self.assertEqual(c["verdict"], "fail", json.dumps(c)[:2000])
+                    self.assertTrue(failed and failed <= {"dq_I", "dk_I", "dw"}, json.dumps(c)[:3000])
+                seen[(cp, layout)] = c["verdict"]
+        self.assertEqual(processes_with(marker), [])
+        for cp in (2, 3):
+            self.assertIn((cp, "zigzag"), seen, seen)
 
     def test_dsattention_entry_gives_the_expected_verdicts(self):
         # DSAttention.forward itself (DSA_MEGATRON_ENTRY=dsattention) on the same smoke cases.
@@ -225,7 +366,7 @@ class FuzzTest(unittest.TestCase):
         self.assertEqual(verdicts(rep), ["pass"], r.stdout)
 
     def test_capability_refused_cases_are_cannot_run(self):
-        for name in ("zigzag_worked_example_cp2.json", "pad_rows_masked_loss.json"):
+        for name in ("contiguous_layout_cp2.json", "pad_rows_masked_loss.json"):
             r, rep = report_of(["repro", case_file(name)])
             self.assertEqual(verdicts(rep), ["cannot-run"], name + "\n" + r.stdout)
 
@@ -240,7 +381,9 @@ class FuzzTest(unittest.TestCase):
         cases = os.path.join(REPO, "docs", "megatron-cases")
         expect = {"absorbed_index_out_of_range_crash.json": ("fail", "crash"),
                   "explicit_index_out_of_range_aliased.json": ("fail", "mismatch"),
-                  "explicit_duplicate_keys_counted_twice.json": ("fail", "mismatch")}
+                  "explicit_duplicate_keys_counted_twice.json": ("fail", "mismatch"),
+                  "cp_indexer_grad_times_cp.json": ("fail", "mismatch"),
+                  "cp3_indexer_grad_times_cp.json": ("fail", "mismatch")}
         for name, (verdict, failure) in expect.items():
             r, rep = report_of(["repro", os.path.join(cases, name)])
             self.assertEqual(verdicts(rep), [verdict], name + "\n" + r.stdout)

@@ -16,7 +16,12 @@
 # (kernels:dtype[:entry], entry functions or dsattention; default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
 # MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds;
 # failures are shrunk (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its
-# report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each.
+# report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each. Both profiles draw
+# cp > 1 cases; zigzag ones run through Megatron's own CP (adapters/megatron_cp.py: a process per CP
+# rank, DSAttention.forward each, unfused kernels), with the ranks on the host CPU over gloo
+# (MEGATRON_CP_DEVICE=cpu, the default here; cuda: NCCL with a GPU per rank, else the ranks share the
+# GPU over gloo, not yet run), CPU-sized (Tp <= 1024, H*Tp^2 <= 2^26, larger: cannot-run) and each
+# case's ranks bounded by MEGATRON_CP_TIMEOUT (60) seconds.
 # mpicuda: --backend cuda --comm mpi (one process per rank, NCCL bootstrapped over MPI): the nightly
 # on one rank for MPI_S seconds, the very cases it ran replayed with --comm local and their verdicts
 # compared (reports/device/compare_verdicts.py), -np GPUs+1 refused (exit 2, no hang), -np 2/4/8 up to
@@ -75,6 +80,7 @@ for stage in $STAGES; do
       tail -4 $OUT/fuzz-repeat.log ;;
     megatron)
       export MEGATRON_PATH=$PWD/.megatron DSA_MEGATRON_DEVICE=cuda
+      export DSA_MEGATRON_CP_DEVICE=${MEGATRON_CP_DEVICE:-cpu} DSA_MEGATRON_CP_TIMEOUT=${MEGATRON_CP_TIMEOUT:-60}
       [ -f .megatron/COMMIT ] && echo "Megatron-LM $(cat .megatron/COMMIT)" | tee $OUT/megatron-commit.txt
       (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v tests.test_megatron_adapter) \
         2>&1 | tail -14 | tee $OUT/megatron-tests.log

@@ -33,8 +33,14 @@ Environment:
                              path runs (unfused attention, the reference loss): they hold [H, Tp, Tp]
                              fp32 tensors; TileLang's absorbed path with the sparse loss does not
 
-Not expressible in Megatron, declared so that those cases are cannot-run: cp > 1 (this adapter
-does not drive Megatron's CP, see docs/megatron-parity.md), pad_rows "masked" (Megatron's attention
+cp > 1 (megatron_cp.py): the case's CP ranks run as torch.distributed processes (gloo on the CPU),
+each calling DSAttention.forward on its zigzag shard, so that the key gathers, rank-local causal
+bounds and loss reduction across ranks are Megatron's; whichever DSA_MEGATRON_ENTRY, since
+DSAttention.forward is where Megatron's CP lives. DSA_MEGATRON_CP_TIMEOUT (default 300 s) bounds
+one case's ranks.
+
+Not expressible in Megatron, declared so that those cases are cannot-run: the contiguous CP layout
+(Megatron's packed CP is zigzag only), pad_rows "masked" (Megatron's attention
 has no masked pad query rows), the explicit path under TileLang (SparseMLA is absorbed only).
 """
 
@@ -71,7 +77,7 @@ CAPABILITIES = Capabilities(
     name="megatron@%s-%s-%s%s" % (_short_commit(), KERNELS, DTYPE, "-dsattention" if ENTRY == "dsattention" else ""),  # the commit shows in the report
     stages=ALL_STAGES,
     dtypes=["F32", "I32"],
-    cp=False,
+    cp=True,  # cp > 1: megatron_cp.py (zigzag, unfused; the rest answers cannot-run with its reason)
     max_tokens=MAX_TOKENS,
     paths=["absorbed"] if KERNELS == "tilelang" else ["absorbed", "explicit"],
 )
@@ -344,8 +350,6 @@ def standin_indexer(M):
 
 
 def check_case(case):
-    if case.cp > 1:
-        raise CannotRun("the Megatron adapter drives cp = 1 only (Megatron's allgather CP is not driven)")
     if case.pad_rows != "attend":
         raise CannotRun("Megatron's attention has no masked pad query rows: pad rows attend (pad_rows: attend)")
     H = case.dims["H"]
@@ -441,6 +445,12 @@ def run_guarded(case, inputs):
     D1 of docs/megatron-parity.md) ends the worker: the context is unusable after it, so the case
     is a crash and the harness starts a fresh worker for the next case."""
     try:
+        if case.cp > 1:
+            from dsa_parity.adapters import megatron_cp
+            check_case(case)
+            if KERNELS == "tilelang":
+                raise CannotRun("cp > 1 drives DSAttention.forward, unfused kernels only")
+            return megatron_cp.run(case, inputs)
         if ENTRY == "dsattention":
             from dsa_parity.adapters import megatron_module
             return as_outputs(megatron_module.run(case, inputs), set(case.stages))

@@ -11,8 +11,29 @@ files that hold the math are loaded from the checkout:
     megatron/core/transformer/experimental_attention_variant/*.py and ops/*.py   (real)
     megatron/core/packed_seq_params.py, megatron/core/transformer/enums.py        (real)
 
+    megatron/core/tensor_parallel/mappings.py                                      (real, when present:
+                                                      the CP gathers of DSAttention.forward, cp > 1)
+
 The experimental_attention_variant package gets the checkout's folder as its __path__, so its own
 relative and absolute imports resolve to the real files. Nothing of Megatron is copied here.
+
+Shims for cp > 1 (megatron_cp.py runs the CP ranks as torch.distributed processes). Megatron's
+logic is untouched; only two module-level names of the loaded tensor_parallel/mappings.py are
+replaced, by cp_shims(), and only for a gloo process group:
+
+  * mappings.torch -> a proxy of torch that differs only in torch.cuda.current_device(), which
+    returns the device the ranks' tensors live on ("cpu" on the CPU run). Reason:
+    _gather_along_first_dim and _reduce_scatter_along_first_dim allocate their output with
+    device=torch.cuda.current_device() (mappings.py:145, :185), which fails without CUDA.
+  * mappings.dist_all_gather_func / dist_reduce_scatter_func (all_gather_into_tensor /
+    reduce_scatter_tensor, mappings.py:10-19) -> the same collectives written with
+    torch.distributed.all_gather (list) and all_reduce + this rank's slice. Reason: torch's gloo
+    backend implements neither (_allgather_base, _reduce_scatter_base), nor bf16 at all. Same
+    results: the gather concatenates the ranks' tensors in rank order (bf16 travels as fp32,
+    exactly), the reduce-scatter gives rank r the sum over ranks of slice r (summed in fp32, bf16
+    rounded once at the end; NCCL's ring may round after each step, and may add in another order).
+
+With NCCL (one GPU per rank) nothing is replaced.
 """
 
 import importlib
@@ -26,6 +47,7 @@ REAL_FILES = {
     "megatron.core.packed_seq_params": "megatron/core/packed_seq_params.py",
     "megatron.core.transformer.enums": "megatron/core/transformer/enums.py",
 }
+MAPPINGS = ("megatron.core.tensor_parallel.mappings", "megatron/core/tensor_parallel/mappings.py")
 
 
 class MegatronUnavailable(Exception):
@@ -85,6 +107,14 @@ def _get_pg_size(group=None):
     return group.size()
 
 
+def _is_torch_min_version(version, check_equality=True):
+    # Same contract as megatron.core.utils.is_torch_min_version (mappings.py picks its collectives).
+    import torch
+    have = tuple(int(p) for p in torch.__version__.split("+")[0].split("a")[0].split(".")[:2])
+    want = tuple(int(p) for p in version.split(".")[:2])
+    return have >= want if check_equality else have > want
+
+
 def _round_up(value, multiple):
     return (value + multiple - 1) // multiple * multiple
 
@@ -129,19 +159,27 @@ def _install_stubs(path):
     _module("megatron.core.models.common", [])
     _module("megatron.core.tensor_parallel", [])
     # Only the classes of the indexer module (rope) use these; the functions under test do not.
-    _module("megatron.core.parallel_state")
     _module("megatron.core.models.common.embeddings", RotaryEmbedding=_unneeded("RotaryEmbedding"),
             YarnRotaryEmbedding=_unneeded("YarnRotaryEmbedding"),
             apply_rotary_pos_emb=_unneeded("apply_rotary_pos_emb"))
-    # Sequence-parallel / CP gathers: reached only with tp or cp > 1, which the adapter declines.
-    _module("megatron.core.tensor_parallel.mappings",
-            gather_from_sequence_parallel_region=_unneeded("gather_from_sequence_parallel_region"))
+    # Sequence-parallel / CP gathers: the real mappings.py when the checkout has it (cp > 1 needs
+    # it; tools/megatron_fetch.sh takes it), else a stub (cp = 1 never reaches it).
+    _module("megatron.core.parallel_state", get_global_memory_buffer=_unneeded("get_global_memory_buffer"))
+    _module("megatron.core.tensor_parallel.utils",
+            split_tensor_along_last_dim=_unneeded("split_tensor_along_last_dim"))
+    if not os.path.isfile(os.path.join(path, MAPPINGS[1])):
+        _module(MAPPINGS[0], gather_from_sequence_parallel_region=_unneeded("gather_from_sequence_parallel_region"))
     _module("megatron.core.process_groups_config", ProcessGroupCollection=ProcessGroupCollection)
     _module("megatron.core.transformer.module", MegatronModule=MegatronModuleStub(torch))
     _module("megatron.core.transformer.spec_utils", ModuleSpec=object, build_module=_unneeded("build_module"))
     _module("megatron.core.transformer.transformer_config", TransformerConfig=object)
-    _module("megatron.core.utils", get_pg_size=_get_pg_size, round_up_to_nearest_multiple=_round_up)
-    for name, rel in REAL_FILES.items():
+    _module("megatron.core.utils", get_pg_size=_get_pg_size, round_up_to_nearest_multiple=_round_up,
+            get_tensor_model_parallel_group_if_none=lambda group, *a, **k: group,
+            is_torch_min_version=_is_torch_min_version)
+    real = dict(REAL_FILES)
+    if os.path.isfile(os.path.join(path, MAPPINGS[1])):
+        real[MAPPINGS[0]] = MAPPINGS[1]
+    for name, rel in real.items():
         spec = importlib.util.spec_from_file_location(name, os.path.join(path, rel))
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -178,5 +216,44 @@ def load():
         print("megatron adapter: TileLang hook modules not importable: %s" % e, file=sys.stderr)
         ns.tilelang_dsa = ns.ops_indexer = ns.tilelang_utils = None
     ns.ProcessGroupCollection = ProcessGroupCollection
+    m = sys.modules.get(MAPPINGS[0])
+    ns.mappings = m if m is not None and hasattr(m, "_gather_along_first_dim") else None
     _LOADED = ns
     return ns
+
+
+class _TorchOnDevice(types.ModuleType):
+    """torch, except torch.cuda.current_device(), which names the ranks' device (see the top)."""
+
+    def __init__(self, torch, device):
+        super().__init__("torch")
+        self._torch = torch
+        self.cuda = types.SimpleNamespace(current_device=lambda: device)
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def _gloo_all_gather_into_tensor(output, input_, group=None):
+    import torch
+    wire = torch.float32 if input_.dtype == torch.bfloat16 else input_.dtype  # gloo has no bf16: exact
+    parts = [torch.empty(input_.shape, dtype=wire, device=input_.device) for _ in range(group.size())]
+    torch.distributed.all_gather(parts, input_.to(wire), group=group)
+    output.copy_(torch.cat(parts, dim=0))
+
+
+def _gloo_reduce_scatter_tensor(output, input_, group=None):
+    import torch
+    wire = torch.float32 if input_.dtype == torch.bfloat16 else input_.dtype  # bf16: summed in fp32, rounded once
+    full = input_.to(wire).clone()
+    torch.distributed.all_reduce(full, group=group)
+    output.copy_(torch.chunk(full, group.size(), dim=0)[group.rank()])
+
+
+def cp_shims(ns, device):
+    """The two shims at the top, on the loaded mappings module, for a gloo CP group on `device`."""
+    import torch
+    m = ns.mappings
+    m.torch = _TorchOnDevice(torch, device)
+    m.dist_all_gather_func = _gloo_all_gather_into_tensor
+    m.dist_reduce_scatter_func = _gloo_reduce_scatter_tensor
