@@ -10,7 +10,7 @@
 # cases (replay of the case files under CASES, e.g. a carried scratch folder), mutant (the kernel mutants
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
-# while warm). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
+# while warm; TARGETS overrides the targets built). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
 # megatron: Megatron-LM's own DSA through python/dsa_parity/adapters/megatron.py, from the checkout carried
 # in .megatron/ (tools/megatron_fetch.sh): its unittest file, then for each of MEGATRON_RUNS
 # (kernels:dtype[:entry], entry functions or dsattention; default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
@@ -34,7 +34,7 @@ SEED=${SEED:-11}
 ORACLE=${ORACLE:-cpu}
 BOTH_S=${BOTH_S:-120}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
-  cmake --build build -j16 --target fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity >> $OUT/build.log 2>&1 ||
+  cmake --build build -j16 --target ${TARGETS:-fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
 echo "built $(date -u +%T)"
 for stage in $STAGES; do
