@@ -228,6 +228,26 @@ class ContextParallelTest(unittest.TestCase):
                 err = float(np.max(np.abs(got[n][fin] - factor * want[n][fin]), initial=0))
                 self.assertLess(err, 1e-5 * scale * factor, "cp %d %s %s %s" % (cp, path, loss, n))
 
+    def test_ranks_from_a_forkserver_give_the_forked_ranks_answers(self):
+        # A worker that has used CUDA starts its ranks from a forkserver (autograd's device threads
+        # make a forked rank's backward fail, as seen on the H200); the answers are the same.
+        from dsa_parity.adapters import megatron_cp
+        case, x = cp_case(2)
+        saved = os.environ.get("DSA_MEGATRON_CP_START")
+        try:
+            os.environ["DSA_MEGATRON_CP_START"] = "fork"
+            forked = megatron_cp.run(case, x)
+            os.environ["DSA_MEGATRON_CP_START"] = "forkserver"
+            served = megatron_cp.run(case, x)
+        finally:
+            if saved is None:
+                os.environ.pop("DSA_MEGATRON_CP_START", None)
+            else:
+                os.environ["DSA_MEGATRON_CP_START"] = saved
+        self.assertEqual(set(forked), set(served))
+        for n in forked:
+            np.testing.assert_array_equal(forked[n], served[n], err_msg=n)
+
     def test_cp_runs_in_bf16_over_gloo(self):
         # gloo has no bf16: the gathers' shim moves bf16 as fp32 (exact); the outputs agree with
         # Megatron's bf16 cp = 1 answer to bf16 rounding (dc: summed across ranks in fp32 there).

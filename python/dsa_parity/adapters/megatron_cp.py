@@ -7,8 +7,8 @@ build_packed_allgather_cp_query_positions_and_key_reorder), the rank-local causa
 (dsa_masking.build_dsattention_forward_mask with cp_size, cp_rank), and the per-rank loss
 (indexer_loss_from_target over the rank's rows).
 
-Per case the worker forks cp rank processes (fork: they inherit the loaded Megatron modules and
-the inputs) joined in a gloo process group through a file store in a fresh folder (CPU; and on
+Per case the worker forks cp rank processes (fork on a CPU worker: they inherit the loaded Megatron
+modules and the inputs; from a forkserver once the worker has used CUDA, see _rank_context) joined in a gloo process group through a file store in a fresh folder (CPU; and on
 CUDA when the machine has fewer GPUs than ranks: the ranks then share cuda:0 and gloo moves the
 gathers through the host), or NCCL with one GPU per rank (DSA_MEGATRON_DEVICE=cuda and
 cp <= device count). Rank r holds the rows layout.rank_rows[r] (SPEC §1 zigzag; Megatron's own
@@ -118,7 +118,7 @@ def _die_with_parent():
         pass
 
 
-def _rank_main(rank, cp, store, case, inputs, conn):
+def _rank_main(rank, cp, store, case, inputs, conn, fault):
     _die_with_parent()
     os.dup2(2, 1)  # fd 1 is the worker's protocol pipe: nothing of a rank may reach it
     sys.stdout = sys.stderr
@@ -134,9 +134,9 @@ def _rank_main(rank, cp, store, case, inputs, conn):
         M = A.megatron_loader.load()
         if backend == "gloo":
             A.megatron_loader.cp_shims(M, device)
-        if FAULT == "die:%d" % rank:
+        if fault == "die:%d" % rank:
             os._exit(9)
-        if FAULT == "hang:%d" % rank:
+        if fault == "hang:%d" % rank:
             time.sleep(1e6)
         rows = np.asarray(case.layout["rank_rows"][rank], dtype=np.int64)
         local = {n: (inputs[n][rows] if n in ROW_INPUTS else inputs[n]) for n in ROW_INPUTS + WEIGHTS if n in inputs}
@@ -174,6 +174,20 @@ def _stop(procs):
         p.join(10)
 
 
+def _rank_context(on_gpu):
+    """How rank processes start. fork on a CPU worker: the ranks inherit the loaded modules (fast).
+    Not once the worker has used CUDA: a CUDA context cannot be forked, and after a backward on the
+    GPU autograd's device threads make a forked child's backward fail ("Unable to handle autograd's
+    threading in combination with fork", seen on the H200 with the ranks on the host CPU). Then
+    forkserver: a clean server process, started once with this module preloaded, forks the ranks."""
+    start = os.environ.get("DSA_MEGATRON_CP_START", "auto")  # fork | forkserver | auto (the tests force one)
+    if start == "fork" or (start == "auto" and not (on_gpu or A.ON_GPU)):
+        return multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def run(case, inputs):
     """The case's outputs in global row order, from cp rank processes running DSAttention.forward."""
     check(case)
@@ -182,15 +196,14 @@ def run(case, inputs):
     if on_gpu and backend_for(cp)[0] == "gloo" and os.environ.get("DSA_MEGATRON_CP_SHARE_GPU", "1") != "1":
         raise CannotRun("cp = %d needs %d GPUs for NCCL; this machine has %d (DSA_MEGATRON_CP_SHARE_GPU=1 "
                         "runs the ranks on one GPU over gloo)" % (cp, cp, torch.cuda.device_count()))
-    # fork: the ranks inherit the loaded modules (fast); spawn on CUDA (a CUDA context cannot be forked)
-    ctx = multiprocessing.get_context("spawn" if on_gpu else "fork")
+    ctx = _rank_context(on_gpu)
     folder = tempfile.mkdtemp(prefix="dsa-megatron-cp-")
     procs, conns = [], []
     answers = {}
     try:
         for r in range(cp):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(r, cp, os.path.join(folder, "store"), case, inputs, send),
+            p = ctx.Process(target=_rank_main, args=(r, cp, os.path.join(folder, "store"), case, inputs, send, FAULT),
                             daemon=True)
             p.start()
             send.close()
