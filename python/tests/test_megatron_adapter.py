@@ -59,6 +59,17 @@ def case_file(name):
     return os.path.join(REPO, "cases", "edge", name)
 
 
+def random_inputs(tp, seed):
+    """The inputs of small_case's dims (H 4, Dn 8, R 4, C 16, Dv 8, HI 8, DI 8) over tp rows: N(0, 0.5)
+    rounded to bf16."""
+    H, Dn, R, C, Dv, HI, DI = 4, 8, 4, 16, 8, 8, 8
+    shapes = {"q_nope": (tp, H, Dn), "q_pe": (tp, H, R), "c": (tp, C), "k_pe": (tp, R), "W_UK": (H, Dn, C),
+              "W_UV": (H, Dv, C), "q_I": (tp, HI, DI), "k_I": (tp, DI), "w": (tp, HI), "dO": (tp, H, Dv)}
+    rng = np.random.default_rng(seed)
+    return {n: torch.tensor(rng.standard_normal(sh) * 0.5).to(torch.bfloat16).double().numpy()
+            for n, sh in shapes.items()}
+
+
 def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
     """A case folder for the worker's run(): case.json, layout.json (cp = 1, zigzag pad 2), inputs."""
     from dsa_parity.worker import Case
@@ -74,12 +85,7 @@ def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
     for name, obj in (("case.json", case), ("layout.json", layout)):
         with open(os.path.join(d, name), "w") as f:
             json.dump(obj, f)
-    tp, H, Dn, R, C, Dv, HI, DI = cu[-1], 4, 8, 4, 16, 8, 8, 8
-    shapes = {"q_nope": (tp, H, Dn), "q_pe": (tp, H, R), "c": (tp, C), "k_pe": (tp, R), "W_UK": (H, Dn, C),
-              "W_UV": (H, Dv, C), "q_I": (tp, HI, DI), "k_I": (tp, DI), "w": (tp, HI), "dO": (tp, H, Dv)}
-    rng = np.random.default_rng(3)
-    bf16 = lambda a: torch.tensor(a).to(torch.bfloat16).double().numpy()  # noqa: E731
-    return Case(d), {n: bf16(rng.standard_normal(s) * 0.5) for n, s in shapes.items()}
+    return Case(d), random_inputs(cu[-1], 3)
 
 
 def cp_case(cp, path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
@@ -97,12 +103,7 @@ def cp_case(cp, path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
               "rows_per_rank": cu[-1] // cp, "rank_rows": rank_rows}
     with open(os.path.join(case1.folder, "layout.json"), "w") as f:
         json.dump(layout, f)
-    tp, H, Dn, R, C, Dv, HI, DI = cu[-1], 4, 8, 4, 16, 8, 8, 8
-    shapes = {"q_nope": (tp, H, Dn), "q_pe": (tp, H, R), "c": (tp, C), "k_pe": (tp, R), "W_UK": (H, Dn, C),
-              "W_UV": (H, Dv, C), "q_I": (tp, HI, DI), "k_I": (tp, DI), "w": (tp, HI), "dO": (tp, H, Dv)}
-    rng = np.random.default_rng(5)
-    bf16 = lambda a: torch.tensor(a).to(torch.bfloat16).double().numpy()  # noqa: E731
-    return Case(case1.folder), {n: bf16(rng.standard_normal(s) * 0.5) for n, s in shapes.items()}
+    return Case(case1.folder), random_inputs(cu[-1], 5)
 
 
 def processes_with(marker):
