@@ -15,6 +15,13 @@ std::vector<std::string> all_result_tensors() {
 
 std::vector<std::string> Backend::deterministic() const { return all_result_tensors(); }
 
+DrawLimits Backend::draw_limits() const {
+  DrawLimits l;
+  l.paths = paths();
+  l.cp = cp_size();
+  return l;
+}
+
 #ifdef DSA_HAVE_CUDA
 constexpr bool kBuiltWithCuda = true;
 #else

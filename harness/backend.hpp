@@ -8,6 +8,7 @@
 
 #include "check/prepared.hpp"
 #include "harness/case.hpp"
+#include "harness/draw_limits.hpp"
 #include "core/mutant.hpp"
 #include "core/result.hpp"
 #include "reference/core.hpp"
@@ -54,6 +55,10 @@ class Backend {
   // process per rank): fuzz draws random cases of that size and selects its corpus likewise
   // (listing what it leaves out); replay and repro report a case of another size cannot-run.
   virtual std::optional<int64_t> cp_size() const { return std::nullopt; }
+  // The cases it can run at all, for the draw: `fuzz` draws random cases within them and leaves
+  // corpus cases outside them unselected (listed), as for paths() and cp_size(), which the default
+  // carries. exec2 workers add what their capabilities declare (cp, max_tokens, layouts, pad_rows).
+  virtual DrawLimits draw_limits() const;
   // Set once a rank has failed for good (see RankFailure): the session then stops.
   virtual std::optional<RankFailure> rank_failure() const { return std::nullopt; }
 };

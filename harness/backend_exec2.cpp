@@ -6,7 +6,8 @@
 //
 //   harness → {"type":"hello","protocol":2,"session":DIR,"catalogue":DIR/catalogue.json}
 //   worker  → {"type":"capabilities","protocol":2,"name":..,"stages":[..],"dtypes":[..],
-//              "cp":bool,"max_tokens":N,"paths":[..]}
+//              "cp":bool,"max_tokens":N,"paths":[..]; optional "deterministic":[..],
+//              "layouts":["zigzag"|"contiguous",..], "pad_rows":["attend"|"masked",..]}
 //   harness → {"type":"run","id":N,"folder":DIR/case-N}
 //   worker  → {"type":"done","id":N} | {"type":"cannot_run","id":N,"reason":..}
 //             | {"type":"error","id":N,"message":..}
@@ -26,6 +27,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -63,7 +65,32 @@ struct Capabilities {
   int64_t max_tokens = 0;
   std::vector<Path> paths;
   std::vector<std::string> deterministic;  // optional: result tensors it promises bitwise reproducible
+  std::vector<Layout> layouts = {Layout::zigzag, Layout::contiguous};  // optional: the CP layouts it takes
+  std::vector<PadRows> pad_rows = {PadRows::attend, PadRows::masked};  // optional: the pad-row modes it takes
 };
+
+// An optional list of names under `key` ("layouts": ["zigzag"]): absent, every value; present, a
+// non-empty list of known names without repeats.
+template <class T>
+std::vector<T> parse_name_list(const json& j, const char* key, std::vector<T> all, T (*parse)(const std::string&, const std::string&),
+                               const std::function<std::runtime_error(const std::string&)>& bad) {
+  if (!j.contains(key)) return all;
+  std::string names;
+  for (T v : all) names += (names.empty() ? "" : "|") + std::string(name(v));
+  if (!j[key].is_array() || j[key].empty()) throw bad(std::string(key) + " must be a non-empty list of " + names);
+  std::vector<T> out;
+  for (const json& n : j[key]) {
+    T v;
+    try {
+      v = parse(n.is_string() ? n.get<std::string>() : n.dump(), key);
+    } catch (const std::exception&) {
+      throw bad(std::string("unknown ") + key + " entry " + n.dump() + " (one of " + names + ")");
+    }
+    if (std::find(out.begin(), out.end(), v) != out.end()) throw bad(std::string(key) + " names " + n.dump() + " twice");
+    out.push_back(v);
+  }
+  return out;
+}
 
 // Parses the worker's capabilities line; std::runtime_error says what is wrong.
 Capabilities parse_capabilities(const std::string& line) {
@@ -118,6 +145,8 @@ Capabilities parse_capabilities(const std::string& line) {
   if (!j.contains("max_tokens") || !j["max_tokens"].is_number_integer() || j["max_tokens"].get<int64_t>() < 1)
     throw bad("max_tokens must be a positive integer");
   c.max_tokens = j["max_tokens"].get<int64_t>();
+  c.layouts = parse_name_list<Layout>(j, "layouts", c.layouts, parse_layout, bad);
+  c.pad_rows = parse_name_list<PadRows>(j, "pad_rows", c.pad_rows, parse_pad_rows, bad);
   return c;
 }
 
@@ -320,6 +349,15 @@ class Exec2Backend final : public Backend {
   std::vector<Path> paths() const override { return caps_.paths; }
   std::vector<Stage> stages() const override { return caps_.stages; }
   std::vector<std::string> deterministic() const override { return caps_.deterministic; }
+  DrawLimits draw_limits() const override {
+    DrawLimits l;
+    l.paths = caps_.paths;
+    l.max_cp = caps_.cp ? 0 : 1;
+    l.layouts = caps_.layouts;
+    l.pad_rows = caps_.pad_rows;
+    l.max_tokens = caps_.max_tokens;
+    return l;
+  }
 
   BackendRun run(const Case& c, const PreparedCase& pc) override {
     // Outside the capabilities: cannot-run, never sent.
@@ -331,6 +369,8 @@ class Exec2Backend final : public Backend {
     if (pc.layout.tp > caps_.max_tokens)
       throw Unavailable(who + " takes at most " + std::to_string(caps_.max_tokens) + " tokens (case Tp " +
                         std::to_string(pc.layout.tp) + ")");
+    if (const std::string why = outside(c, draw_limits()); !why.empty())
+      throw Unavailable(who + " does not take this case: " + why + " (its capabilities)");
     bool any = false;
     for (Stage s : c.stages) any |= std::find(caps_.stages.begin(), caps_.stages.end(), s) != caps_.stages.end();
     if (!any) throw Unavailable(who + " implements none of the case's stages");

@@ -120,6 +120,48 @@ TEST(Exec2, CapabilitiesRefuseCasesWithoutSendingThem) {
   EXPECT_EQ(log.starts(), 2);  // two backends, no restart: nothing was sent
 }
 
+// Declared layouts and pad-row modes: a case outside them is cannot-run, never sent; fuzz's draw
+// limits carry them with cp and max_tokens (harness/draw_limits.hpp).
+TEST(Exec2, DeclaredLayoutsAndPadRowsLimitTheCases) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  Log log;
+  auto b = exec2("--layouts zigzag --pad-rows attend --max-tokens 64 --cp 1");
+  const DrawLimits l = b->draw_limits();
+  EXPECT_EQ(l.layouts, std::vector<Layout>{Layout::zigzag});
+  EXPECT_EQ(l.pad_rows, std::vector<PadRows>{PadRows::attend});
+  EXPECT_EQ(l.max_tokens, 64);
+  EXPECT_EQ(l.max_cp, 0);
+  Case contiguous = small_case(2, 2);  // seed 2 would crash: any case sent fails the test
+  contiguous.problem.cp.layout = Layout::contiguous;
+  const CaseVerdict v1 = run_case(contiguous, *b);
+  EXPECT_EQ(v1.verdict, Verdict::cannot_run);
+  EXPECT_NE(v1.message.find("its layout is contiguous, not zigzag"), std::string::npos) << v1.message;
+  Case masked = small_case(2);
+  masked.problem.pad_rows = PadRows::masked;
+  const CaseVerdict v2 = run_case(masked, *b);
+  EXPECT_EQ(v2.verdict, Verdict::cannot_run);
+  EXPECT_NE(v2.message.find("its pad rows masked, not attend"), std::string::npos) << v2.message;
+  const CaseVerdict v3 = run_case(small_case(1, 2), *b);  // zigzag, attend: within them, runs
+  EXPECT_EQ(v3.verdict, Verdict::pass) << v3.message;
+  EXPECT_EQ(log.starts(), 1);
+  // Undeclared: every layout and mode; no CP: max_cp 1.
+  const DrawLimits all = exec2("--cp 0")->draw_limits();
+  EXPECT_EQ(all.layouts.size(), 2u);
+  EXPECT_EQ(all.pad_rows.size(), 2u);
+  EXPECT_EQ(all.max_cp, 1);
+  // Bad declarations: the handshake fails naming the field.
+  for (const char* flags : {"--layouts sideways", "--layouts none", "--pad-rows zigzag", "--layouts zigzag,zigzag"}) {
+    SCOPED_TRACE(flags);
+    try {
+      exec2(flags);
+      ADD_FAILURE() << "accepted";
+    } catch (const Unavailable& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("layouts") != std::string::npos || what.find("pad_rows") != std::string::npos) << what;
+    }
+  }
+}
+
 TEST(Exec2, StagesOutsideTheCapabilitiesAreNotChecked) {
   if (!have_python()) GTEST_SKIP() << "python3 not found";
   auto b = exec2("--stages indexer");
@@ -172,7 +214,7 @@ TEST(Exec2, CrashGarbageAndWrongIdFailTheCaseAndRestartTheWorker) {
 TEST(Exec2, AHangTimesOutAndTheNextCaseRestarts) {
   if (!have_python()) GTEST_SKIP() << "python3 not found";
   Log log;
-  auto b = exec2("", 1.0);
+  auto b = exec2("", 3.0);  // 3 s: the handshake itself must fit on a loaded 2-core machine
   const CaseVerdict hang = run_case(small_case(6), *b);
   EXPECT_EQ(hang.failure, Failure::timeout) << hang.message;
   EXPECT_EQ(run_case(small_case(1), *b).verdict, Verdict::pass);

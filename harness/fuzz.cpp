@@ -149,13 +149,15 @@ ProfileDefaults checked_defaults(const SessionOptions& o) {
 
 // The header line of the random stage: which cases it draws, and from which MLA paths, so that a
 // run restricted to fewer paths than a case can take says so before its first case.
-void print_random_header(const SessionOptions& o, const std::string& bname, const std::vector<Path>& paths,
-                         std::optional<int64_t> random_cases, std::optional<int64_t> cp) {
+void print_random_header(const SessionOptions& o, const std::string& bname, const DrawLimits& draw,
+                         std::optional<int64_t> random_cases) {
+  const std::vector<Path>& paths = draw.paths;
   std::string restriction;
   if (paths.size() < all_paths().size())
     restriction = o.paths ? " (--path " + paths_text(paths) + ")"
                           : " (backend " + bname + " implements " + paths_text(paths) + " only)";
-  if (cp) restriction += ", cp " + std::to_string(*cp) + " only (the MPI world size)";
+  if (draw.cp) restriction += ", cp " + std::to_string(*draw.cp) + " only (the MPI world size)";
+  if (const std::string l = limits_text(draw); !l.empty()) restriction += ", within the backend's limits: " + l;
   // A shard names the case numbers it runs: they are those of the unsharded run.
   std::string shard;
   if (o.shard.sharded()) {
@@ -213,10 +215,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // The files of this run (failing cases, shrunk mutant cases) go into a folder of its own, so
   // that concurrent runs never share one.
   const std::string out_dir = (fs::path(output_dir(o.report)) / run_id(o.seed, o.shard)).string();
-  // The paths random cases take (and, under fuzz, the corpus cases selected below).
-  const std::vector<Path> paths = session_paths(o.paths, backend);
-  // The one CP size the backend runs (--comm mpi: the world size), which random cases then take.
-  const std::optional<int64_t> cp = backend.cp_size();
+  // What random cases may be (and, under fuzz, which corpus cases are selected below): the
+  // backend's limits, its paths narrowed by --path; cp: the one CP size it runs (--comm mpi).
+  DrawLimits draw = backend.draw_limits();
+  draw.paths = session_paths(o.paths, backend);
+  const std::vector<Path>& paths = draw.paths;
 
   // --time-budget is a hard limit: no random case starts after the budget, and a case still in
   // flight at 1.5x the budget is stopped (the exec backend caps its command there) and reported
@@ -299,11 +302,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   for (size_t j = 0; j < o.case_files.size(); ++j) {
     const std::string& file = o.case_files[j];
     Case c = load_case_file(file);
-    std::string why;
-    if (o.random && std::find(paths.begin(), paths.end(), c.problem.path) == paths.end())
-      why = "its path is not among " + paths_text(paths);
-    else if (o.random && cp && c.problem.cp.size != *cp)
-      why = "its cp is " + std::to_string(c.problem.cp.size) + ", not " + std::to_string(*cp) + ", the MPI world size";
+    const std::string why = o.random ? outside(c, draw) : std::string();
     if (!why.empty()) {
       not_selected.emplace_back(file, why), ctx.not_selected.push_back(in_report(file));
       continue;
@@ -443,7 +442,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     std::printf("shard %s: %lld of the %zu case files (positions j %% %lld == %lld)\n", o.shard.text().c_str(),
                 (long long)o.shard.share(static_cast<int64_t>(o.case_files.size())), o.case_files.size(),
                 (long long)o.shard.count, (long long)o.shard.index);
-  if (o.random && !quiet) print_random_header(o, bname, paths, random_cases, cp);
+  if (o.random && !quiet) print_random_header(o, bname, draw, random_cases);
   if (!quiet)
     for (const auto& [file, why] : not_selected) std::printf("corpus case not selected (%s): %s\n", why.c_str(), file.c_str());
   // A rank that failed the start (--comm mpi handshake) runs no case: the report says why.
@@ -469,7 +468,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     for (int64_t i = o.shard.index;; i += o.shard.count) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
-      if (!run_one(random_case(o.profile, o.seed, i, paths, cp),
+      if (!run_one(random_case(o.profile, o.seed, i, draw),
                    "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
                    first_random + i))
         break;

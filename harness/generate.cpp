@@ -400,9 +400,22 @@ double oracle_work(const Problem& p) {
 
 Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const std::vector<Path>& paths,
                  std::optional<int64_t> cp) {
+  DrawLimits lim;
+  lim.paths = paths;
+  lim.cp = cp;
+  return random_case(profile, master_seed, index, lim);
+}
+
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const DrawLimits& lim) {
   const Profile& pr = profile_spec(profile);
+  const std::vector<Path>& paths = lim.paths;
+  const std::optional<int64_t> cp = lim.cp;
   require(!paths.empty(), "paths", "at least one MLA path (absorbed, explicit) must be allowed");
   require(!cp || *cp >= 1, "cp", "the CP size of random cases must be >= 1");
+  require(lim.max_cp >= 0, "max_cp", "must be >= 0 (0: any)");
+  require(!lim.layouts.empty(), "layouts", "at least one CP layout (zigzag, contiguous) must be allowed");
+  require(!lim.pad_rows.empty(), "pad_rows", "at least one pad-row mode (attend, masked) must be allowed");
+  require(lim.max_tokens >= 0, "max_tokens", "must be >= 0 (0: any)");
   Draw d{Stream(master_seed, "random_case/" + profile), uint64_t(index) << 12};
   Case c;
   Problem& p = c.problem;
@@ -445,12 +458,17 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
   }
   p.softmax_scale = 1.0 / std::sqrt(double(dm.Dn + dm.R));  // Megatron m²/sqrt(Dn+R), m = 1
 
+  // A limit replaces the value it forbids once drawn, so an unlimited run reproduces every earlier
+  // seed (the later draws follow the value that stands).
   p.cp.size = d.pick(pr.cp);
-  if (cp) p.cp.size = *cp;  // the draw is spent: the rest of the case is that of the same index
+  if (cp) p.cp.size = *cp;
+  else if (lim.max_cp > 0) p.cp.size = std::min(p.cp.size, lim.max_cp);
   p.cp.layout = d.chance(0.5) ? Layout::zigzag : Layout::contiguous;
+  if (!lim.allows(p.cp.layout)) p.cp.layout = lim.layouts.front();
   if (d.chance(0.2))
     p.cp.pad_multiple = p.cp.layout == Layout::zigzag ? 2 * p.cp.size * d.between(1, 3) : d.between(2, 4);
   p.pad_rows = d.chance(0.4) ? PadRows::masked : PadRows::attend;
+  if (!lim.allows(p.pad_rows)) p.pad_rows = lim.pad_rows.front();
 
   if (profile == "production") {
     // S real tokens in 1–4 sequences (cut points uniform), S 4K–32K.
@@ -477,27 +495,21 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
     p.loss = ls < 0.15 ? LossMode::off : ls < 0.70 ? LossMode::sparse : LossMode::dense;
   };
   if (early_loss) draw_loss();
+  const int64_t max_tp = lim.max_tokens > 0 ? std::min(pr.max_tp, lim.max_tokens) : pr.max_tp;
   auto fits = [&] {
-    if (make_layout(p.seqlens, p.cp, p.pad_rows).tp > pr.max_tp) return false;
+    if (make_layout(p.seqlens, p.cp, p.pad_rows).tp > max_tp) return false;
     if (pr.max_bytes > 0 && double(footprint(p).bytes) > pr.max_bytes) return false;
     return pr.max_work <= 0 || oracle_work(p) <= pr.max_work;
   };
-  if (regime == Regime::sparse) {
-    // Keep Tp ≥ 4·K: the widths shrink instead of the lengths.
-    while (pr.max_work > 0 && oracle_work(p) > pr.max_work && (dm.H > 1 || dm.C > 8 || dm.HI > 1 || dm.DI > 4)) {
-      if (dm.H > 1) dm.H /= 2;
-      else if (dm.C > 8) dm.C /= 2;
-      else if (dm.HI > 1) dm.HI /= 2;
-      else dm.DI /= 2;
-    }
-    if (p.loss == LossMode::dense && pr.max_work > 0 && oracle_work(p) > pr.max_work) p.loss = LossMode::sparse;
-  } else {
-    // Keep the stream within the profile: halve the longest sequence until it fits (production:
-    // trim its longest sequence by an eighth instead, so that S stays above 4K).
+  // Keep the stream within the profile: halve the longest sequence until it fits (production:
+  // trim its longest sequence by an eighth instead, so that S stays above 4K, or above half the
+  // backend's token limit when that is lower).
+  const int64_t production_floor = std::min<int64_t>(4096, max_tp / 2);
+  auto shrink_to_fit = [&] {
     for (;;) {
-      if (profile == "production" && !fits() && total_length(p.seqlens) > 4096) {
+      if (profile == "production" && !fits() && total_length(p.seqlens) > production_floor) {
         auto longest = std::max_element(p.seqlens.begin(), p.seqlens.end());
-        *longest -= std::min(*longest / 8 + 1, total_length(p.seqlens) - 4096);
+        *longest -= std::min(*longest / 8 + 1, total_length(p.seqlens) - production_floor);
         continue;
       }
       if (total_length(p.seqlens) == 0) p.seqlens.back() = 1;
@@ -515,6 +527,20 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
       }
       *longest /= 2;
     }
+  };
+  if (regime == Regime::sparse) {
+    // Keep Tp ≥ 4·K: the widths shrink instead of the lengths.
+    while (pr.max_work > 0 && oracle_work(p) > pr.max_work && (dm.H > 1 || dm.C > 8 || dm.HI > 1 || dm.DI > 4)) {
+      if (dm.H > 1) dm.H /= 2;
+      else if (dm.C > 8) dm.C /= 2;
+      else if (dm.HI > 1) dm.HI /= 2;
+      else dm.DI /= 2;
+    }
+    if (p.loss == LossMode::dense && pr.max_work > 0 && oracle_work(p) > pr.max_work) p.loss = LossMode::sparse;
+    // A backend's token limit below 4·K: the lengths shrink after all (the case leaves the regime).
+    if (lim.max_tokens > 0 && make_layout(p.seqlens, p.cp, p.pad_rows).tp > lim.max_tokens) shrink_to_fit();
+  } else {
+    shrink_to_fit();
   }
 
   if (!early_loss) draw_loss();
@@ -539,14 +565,17 @@ Case random_case(const std::string& profile, uint64_t master_seed, int64_t index
     in.hot_keys = d.chance(pr.structures);
     in.duplicate_indices = d.chance(pr.structures);
     if (in.duplicate_indices) in.inject_indices = true;
-    if (d.chance(pr.structures) && (!cp || *cp > 1)) {
+    // An all-padding rank needs the contiguous layout and two ranks at least.
+    const bool padding_rank_allowed = lim.allows(Layout::contiguous) && lim.allows_cp(std::max<int64_t>(p.cp.size, 2));
+    if (d.chance(pr.structures) && (!cp || *cp > 1) && padding_rank_allowed) {
       const CpSpec before = p.cp;
       make_all_padding_rank(p);
       if (!fits()) p.cp = before;  // the padding would take the case past the profile's budget
     }
   }
   c.note = "random_case profile=" + profile + " master_seed=" + std::to_string(master_seed) +
-           " index=" + std::to_string(index) + paths_note(paths) + (cp ? " cp=" + std::to_string(*cp) : "");
+           " index=" + std::to_string(index) + paths_note(paths) + (cp ? " cp=" + std::to_string(*cp) : "") +
+           (limits_text(lim).empty() ? "" : " limits=(" + limits_text(lim) + ")");
   return c;
 }
 

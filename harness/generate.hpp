@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/case.hpp"
+#include "harness/draw_limits.hpp"
 #include "core/layout.hpp"
 
 namespace dsa {
@@ -36,6 +37,12 @@ std::optional<TensorI> injected_indices(const Case& c);
 // Throws InvalidInput("paths", ...) when paths is empty, InvalidInput("cp", ...) when cp < 1.
 Case random_case(const std::string& profile, uint64_t master_seed, int64_t index,
                  const std::vector<Path>& paths = all_paths(), std::optional<int64_t> cp = std::nullopt);
+// The same draw within a backend's limits (harness/draw_limits.hpp): a limit replaces the value it
+// forbids (a layout, a pad-row mode, a CP size above max_cp; the later draws follow the value that
+// stands) or shrinks the lengths as the profile's own Tp cap does (max_tokens). Unlimited
+// DrawLimits reproduce random_case(profile, seed, index) exactly. No all-padding rank is made where
+// the contiguous layout or two ranks are not allowed. InvalidInput names a limit that is empty.
+Case random_case(const std::string& profile, uint64_t master_seed, int64_t index, const DrawLimits& limits);
 const std::vector<std::string>& profiles();
 
 // An estimate of the multiply-adds of one reference run of p (projections, the attention over

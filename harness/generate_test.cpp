@@ -354,11 +354,53 @@ TEST(RandomCase, DrawsOnlyTheAllowedPaths) {
   EXPECT_GT(by_default[Path::explicit_], 230);
   EXPECT_LT(by_default[Path::explicit_], 370);
   try {
-    random_case("smoke", 1, 0, {});
+    random_case("smoke", 1, 0, std::vector<Path>{});
     ADD_FAILURE() << "no path allowed must be refused";
   } catch (const InvalidInput& e) {
     EXPECT_EQ(e.field, "paths");
   }
+}
+
+// A backend's limits (harness/draw_limits.hpp): unlimited ones reproduce every seed; under limits
+// every case lies within them (production keeps its widths and heads, shorter).
+TEST(RandomCase, DrawsWithinTheBackendsLimits) {
+  for (auto& p : profiles())
+    for (int64_t i = 0; i < 12; ++i)
+      ASSERT_EQ(to_json(random_case(p, 3, i, DrawLimits{})), to_json(random_case(p, 3, i))) << p << " " << i;
+
+  DrawLimits megatron;  // what the Megatron adapter declares on a GPU with a 4096-token cap
+  megatron.layouts = {Layout::zigzag};
+  megatron.pad_rows = {PadRows::attend};
+  megatron.max_tokens = 4096;
+  DrawLimits no_cp;
+  no_cp.max_cp = 1;
+  no_cp.max_tokens = 300;
+  std::map<std::string, int> production_heads;
+  const Limits saved = limits();
+  limits().max_bytes = uint64_t{64} << 30;  // production cases are sized for the H200 host
+  for (auto& p : profiles())
+    for (int64_t i = 0; i < (p == "production" ? 24 : 80); ++i) {
+      for (const DrawLimits* l : {&megatron, &no_cp}) {
+        const Case c = random_case(p, 11, i, *l);
+        ASSERT_EQ(outside(c, *l), "") << p << " " << i << " " << describe(c);
+        EXPECT_NE(c.note.find("limits=("), std::string::npos) << c.note;
+        EXPECT_NO_THROW(case_from_json(to_json(c))) << describe(c);
+        if (l == &megatron && p == "production") {
+          // Production widths and heads stay; only the lengths shrink to the cap.
+          EXPECT_EQ(c.problem.dims.C, 512);
+          ++production_heads[std::to_string(c.problem.dims.H)];
+          int64_t S = 0;
+          for (int64_t len : c.problem.seqlens) S += len;
+          EXPECT_GE(S, 1024) << describe(c);
+        }
+      }
+    }
+  limits() = saved;
+  EXPECT_EQ(production_heads.size(), 2u);  // both models drawn within the cap
+  EXPECT_EQ(outside(random_case("smoke", 1, 0), DrawLimits{}), "");
+  DrawLimits empty;
+  empty.layouts.clear();
+  EXPECT_THROW(random_case("smoke", 1, 0, empty), InvalidInput);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 """A fake exec2 worker for harness/exec2_test.cpp (standard library only, no numpy).
 
 Flags shape the handshake: --paths absorbed,explicit --stages indexer,... --cp 0|1 --max-tokens N
---dtypes F32,I32 --hello ok|die|garbage|hang|bad_protocol. Each case's behaviour follows its seed:
+--dtypes F32,I32 --layouts zigzag --pad-rows attend (sent only when given)
+--hello ok|die|garbage|hang|bad_protocol. Each case's behaviour follows its seed:
 1 ok (zero `loss` [1] and `kl` [Tp] in --loss-dtype), 2 exit 3 mid-case, 3 a garbage line,
 4 cannot_run, 5 error, 6 hang, 7 an answer with the wrong id, 8 ok after 320 KB on stderr.
 Every start appends a line to $FAKE_EXEC2_LOG when set.
@@ -48,12 +49,16 @@ for line in sys.stdin:
             continue
         if hello == "hang":
             time.sleep(60)
-        send({"type": "capabilities", "protocol": 3 if hello == "bad_protocol" else 2, "name": "fake",
-              "stages": args.get("--stages", "indexer,attention,attention_backward,loss,loss_backward").split(","),
-              "dtypes": args.get("--dtypes", "F32,F64,I32").split(","),
-              "cp": args.get("--cp", "1") == "1",
-              "max_tokens": int(args.get("--max-tokens", "100000")),
-              "paths": args.get("--paths", "absorbed,explicit").split(",")})
+        caps = {"type": "capabilities", "protocol": 3 if hello == "bad_protocol" else 2, "name": "fake",
+                "stages": args.get("--stages", "indexer,attention,attention_backward,loss,loss_backward").split(","),
+                "dtypes": args.get("--dtypes", "F32,F64,I32").split(","),
+                "cp": args.get("--cp", "1") == "1",
+                "max_tokens": int(args.get("--max-tokens", "100000")),
+                "paths": args.get("--paths", "absorbed,explicit").split(",")}
+        for flag, key in (("--layouts", "layouts"), ("--pad-rows", "pad_rows")):
+            if flag in args:
+                caps[key] = [] if args[flag] == "none" else args[flag].split(",")
+        send(caps)
     elif m["type"] == "run":
         rid, folder = m["id"], m["folder"]
         seed = json.load(open(os.path.join(folder, "case.json")))["seed"]

@@ -43,7 +43,7 @@ class CannotRun(Exception):
 
 class Capabilities:
     def __init__(self, name="python", stages=None, dtypes=("F32", "F64", "I32", "I64"), cp=True,
-                 max_tokens=1 << 20, paths=("absorbed", "explicit"), deterministic=()):
+                 max_tokens=1 << 20, paths=("absorbed", "explicit"), deterministic=(), layouts=None, pad_rows=None):
         self.name = name
         self.stages = list(stages or ALL_STAGES)
         self.dtypes = list(dtypes)
@@ -52,11 +52,20 @@ class Capabilities:
         self.paths = list(paths)
         # Result tensors promised bitwise reproducible run to run (dsa-parity --repeat checks them).
         self.deterministic = list(deterministic)
+        # The CP layouts (zigzag, contiguous) and pad-row modes (attend, masked) it takes; None: all.
+        # fuzz draws random cases only within them, and sends no case outside them.
+        self.layouts = None if layouts is None else list(layouts)
+        self.pad_rows = None if pad_rows is None else list(pad_rows)
 
     def message(self):
-        return {"type": "capabilities", "protocol": PROTOCOL, "name": self.name, "stages": self.stages,
-                "dtypes": self.dtypes, "cp": self.cp, "max_tokens": self.max_tokens, "paths": self.paths,
-                "deterministic": self.deterministic}
+        m = {"type": "capabilities", "protocol": PROTOCOL, "name": self.name, "stages": self.stages,
+             "dtypes": self.dtypes, "cp": self.cp, "max_tokens": self.max_tokens, "paths": self.paths,
+             "deterministic": self.deterministic}
+        if self.layouts is not None:
+            m["layouts"] = self.layouts
+        if self.pad_rows is not None:
+            m["pad_rows"] = self.pad_rows
+        return m
 
 
 class Case:

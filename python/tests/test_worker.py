@@ -60,6 +60,13 @@ class WorkerTest(unittest.TestCase):
             np.testing.assert_array_equal(t["topk"], [[0, -1], [0, 1]])
         self.assertEqual(seen[0], (2, 2, np.float64))
 
+    def test_layouts_and_pad_rows_are_declared_only_when_given(self):
+        self.assertNotIn("layouts", Capabilities().message())
+        self.assertNotIn("pad_rows", Capabilities().message())
+        m = Capabilities(layouts=["zigzag"], pad_rows=("attend",)).message()
+        self.assertEqual(m["layouts"], ["zigzag"])
+        self.assertEqual(m["pad_rows"], ["attend"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -14,9 +14,10 @@
 # megatron: Megatron-LM's own DSA through python/dsa_parity/adapters/megatron.py, from the checkout carried
 # in .megatron/ (tools/megatron_fetch.sh): its unittest file, then for each of MEGATRON_RUNS
 # (kernels:dtype[:entry], entry functions or dsattention; default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
-# MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds;
-# failures are shrunk (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its
-# report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each. Both profiles draw
+# MEGATRON_S (50) seconds, the edge corpus first, and a production slice of MEGATRON_PROD_S (40) seconds
+# whose Tp is capped at MEGATRON_PROD_TOKENS (4096: H·Tp² ≤ 2^31, the unfused paths' [H, Tp, Tp]
+# tensors fit; fuzz draws within the worker's max_tokens); failures are shrunk unless MEGATRON_SHRINK=0
+# (nightly: into $OUT/megatron-shrunk-<kernels>-<dtype>/, production: next to its report). Four runs can pass one 600 s call: give two calls two MEGATRON_RUNS each. Both profiles draw
 # cp > 1 cases; zigzag ones run through Megatron's own CP (adapters/megatron_cp.py: a process per CP
 # rank, DSAttention.forward each, unfused kernels), with the ranks on the host CPU over gloo
 # (MEGATRON_CP_DEVICE=cpu, the default here; cuda: NCCL with a GPU per rank, else the ranks share the
@@ -83,17 +84,19 @@ for stage in $STAGES; do
       export DSA_MEGATRON_CP_DEVICE=${MEGATRON_CP_DEVICE:-cpu} DSA_MEGATRON_CP_TIMEOUT=${MEGATRON_CP_TIMEOUT:-60}
       [ -f .megatron/COMMIT ] && echo "Megatron-LM $(cat .megatron/COMMIT)" | tee $OUT/megatron-commit.txt
       (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v tests.test_megatron_adapter) \
-        2>&1 | tail -14 | tee $OUT/megatron-tests.log
+        > $OUT/megatron-tests.log 2>&1; grep -E "^(FAIL|ERROR):|^Ran |^OK|^FAILED" $OUT/megatron-tests.log
       for run in ${MEGATRON_RUNS:-unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16}; do
         IFS=: read k dt entry <<< "$run"; entry=${entry:-functions}; tag=$k-$dt
         [ $entry = functions ] || tag=$tag-$entry
         scratch=$(mktemp -d); cp -r cases/edge $scratch/
         for prof in nightly production; do
-          budget=${MEGATRON_S:-50}; corpus=$scratch
-          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; }
-          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt DSA_MEGATRON_ENTRY=$entry timeout $((budget + 120)) ./build/dsa-parity \
+          budget=${MEGATRON_S:-50}; corpus=$scratch; tokens=${MEGATRON_MAX_TOKENS:-65536}
+          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; tokens=${MEGATRON_PROD_TOKENS:-4096}; }
+          shrink=--shrink; [ "${MEGATRON_SHRINK:-1}" = 0 ] && shrink=
+          PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt DSA_MEGATRON_ENTRY=$entry \
+            DSA_MEGATRON_MAX_TOKENS=$tokens timeout $((budget + 120)) ./build/dsa-parity \
             fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
-            --time-budget $budget --shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
+            --time-budget $budget $shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
             > $OUT/megatron-$prof-$tag.log 2>&1
           echo "$prof $tag: exit $?"; grep -E "^[0-9]+ cases:|^exec2:" $OUT/megatron-$prof-$tag.log | cut -c1-160
         done

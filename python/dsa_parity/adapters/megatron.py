@@ -80,6 +80,8 @@ CAPABILITIES = Capabilities(
     cp=True,  # cp > 1: megatron_cp.py (zigzag, unfused; the rest answers cannot-run with its reason)
     max_tokens=MAX_TOKENS,
     paths=["absorbed"] if KERNELS == "tilelang" else ["absorbed", "explicit"],
+    layouts=["zigzag"],  # Megatron's packed CP is zigzag only
+    pad_rows=["attend"],  # its attention has no masked pad query rows
 )
 
 
@@ -457,6 +459,12 @@ def run_guarded(case, inputs):
         return run(case, inputs)
     except megatron_loader.MegatronUnavailable as e:
         raise CannotRun(str(e))
+    except torch.cuda.OutOfMemoryError as e:
+        # The unfused paths hold [H, Tp, Tp] tensors; a case past the device's memory cannot run
+        # here (neither pass nor fail). The allocator recovers, so the worker goes on.
+        torch.cuda.empty_cache()
+        raise CannotRun("out of device memory (H*Tp^2 = %d; lower DSA_MEGATRON_MAX_SCORES): %s"
+                        % (case.dims["H"] * case.tp * case.tp, str(e).splitlines()[0][:200]))
     except RuntimeError as e:
         if ON_GPU and ("CUDA error" in str(e) or "device-side assert" in str(e)):
             print("megatron adapter: CUDA error, exiting so that the next case gets a fresh worker: %s" % e,
