@@ -36,7 +36,7 @@ std::string outside(const Case& c, const DrawLimits& l) {
   const Problem& p = c.problem;
   if (!l.allows(p.path)) return "its path is not among " + joined(l.paths, "+");
   if (l.cp && p.cp.size != *l.cp)
-    return "its cp is " + std::to_string(p.cp.size) + ", not " + std::to_string(*l.cp) + ", the MPI world size";
+    return "its cp is " + std::to_string(p.cp.size) + ", not " + std::to_string(*l.cp) + ", " + l.cp_from;
   if (!l.allows_cp(p.cp.size))
     return "its cp is " + std::to_string(p.cp.size) + ", above " + std::to_string(l.max_cp);
   // The layout matters only where there are ranks to lay the stream over.

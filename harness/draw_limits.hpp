@@ -15,7 +15,8 @@ namespace dsa {
 
 struct DrawLimits {
   std::vector<Path> paths = all_paths();
-  std::optional<int64_t> cp;  // the one CP size (`--comm mpi`: the world size)
+  std::optional<int64_t> cp;  // the one CP size (`--comm mpi`: the world size; fuzz --cp)
+  std::string cp_from = "the MPI world size";  // where that size comes from, for messages
   int64_t max_cp = 0;         // the largest CP size, 0: any (a backend without CP: 1)
   std::vector<Layout> layouts = {Layout::zigzag, Layout::contiguous};
   std::vector<PadRows> pad_rows = {PadRows::attend, PadRows::masked};

@@ -156,7 +156,7 @@ void print_random_header(const SessionOptions& o, const std::string& bname, cons
   if (paths.size() < all_paths().size())
     restriction = o.paths ? " (--path " + paths_text(paths) + ")"
                           : " (backend " + bname + " implements " + paths_text(paths) + " only)";
-  if (draw.cp) restriction += ", cp " + std::to_string(*draw.cp) + " only (the MPI world size)";
+  if (draw.cp) restriction += ", cp " + std::to_string(*draw.cp) + " only (" + draw.cp_from + ")";
   if (const std::string l = limits_text(draw); !l.empty()) restriction += ", within the backend's limits: " + l;
   // A shard names the case numbers it runs: they are those of the unsharded run.
   std::string shard;
@@ -219,6 +219,14 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // backend's limits, its paths narrowed by --path; cp: the one CP size it runs (--comm mpi).
   DrawLimits draw = backend.draw_limits();
   draw.paths = session_paths(o.paths, backend);
+  if (o.cp) {
+    require(!draw.cp || *draw.cp == *o.cp, "--cp",
+            "must be the MPI world size " + std::to_string(draw.cp ? *draw.cp : 0) + " under --comm mpi");
+    require(draw.allows_cp(*o.cp), "--cp",
+            "backend " + bname + " runs cp <= " + std::to_string(draw.max_cp) + " only, not " + std::to_string(*o.cp));
+    if (!draw.cp) draw.cp_from = "--cp";
+    draw.cp = o.cp;
+  }
   const std::vector<Path>& paths = draw.paths;
 
   // --time-budget is a hard limit: no random case starts after the budget, and a case still in

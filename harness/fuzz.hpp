@@ -25,6 +25,8 @@ struct SessionOptions {
   bool random = true;                    // run random cases after the case files
   // fuzz --path: the MLA paths random cases take; nullopt (auto) = what the backend implements.
   std::optional<std::vector<Path>> paths;
+  // fuzz --cp N: the one CP size of random cases (corpus cases of another size not selected).
+  std::optional<int64_t> cp;
   std::optional<int64_t> cases;          // random cases; the profile's default when neither is set
   std::optional<double> time_budget_s;   // random cases until this much wall time has passed
   std::vector<std::string> case_files;   // run first, in order

@@ -12,7 +12,7 @@ namespace {
 
 struct Flags {
   SessionFlags session;
-  std::string seed = "1", cases, time_budget, profile = "default", corpus, path = "auto", shard = "0/1";
+  std::string seed = "1", cases, time_budget, profile = "default", corpus, path = "auto", shard = "0/1", cp;
   bool shrink = false;
 };
 
@@ -42,6 +42,11 @@ Run setup(CLI::App& app) {
             "the MLA paths of random cases; auto: those the backend implements (cuda: absorbed only)",
             "absorbed|explicit|any|auto")
       ->check(one_of({"absorbed", "explicit", "any", "auto"}));
+  add_value(app, "--cp", f->cp,
+            "the CP size of every random case (corpus cases of another size are not selected); default: the "
+            "profile's mix",
+            "N")
+      ->check(integer_at_least(1));
   add_switch(app, "--shrink", f->shrink, "shrink every failing case while its failure holds, and write it");
   add_shard_flag(app, f->shard,
                  "the random cases i (of --cases, or until this shard's --time-budget) and the corpus files at "
@@ -54,6 +59,7 @@ Run setup(CLI::App& app) {
     // Which MLA paths random cases take; auto = those the backend implements (checked against it
     // once the backend is made).
     o.paths = parse_path_flag(f->path);
+    if (!f->cp.empty()) o.cp = parse_int(f->cp, "--cp");
     if (!f->cases.empty()) o.cases = parse_int(f->cases, "--cases");
     if (!f->time_budget.empty()) o.time_budget_s = parse_double(f->time_budget, "--time-budget");
     o.shrink = f->shrink;

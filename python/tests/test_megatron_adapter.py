@@ -70,7 +70,7 @@ def random_inputs(tp, seed):
             for n, sh in shapes.items()}
 
 
-def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
+def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1), relu=True):
     """A case folder for the worker's run(): case.json, layout.json (cp = 1, zigzag pad 2), inputs."""
     from dsa_parity.worker import Case
     d = tempfile.mkdtemp()
@@ -79,7 +79,7 @@ def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
     cu = [int(v) for v in np.concatenate([[0], np.cumsum(P)])]
     real = sum(([1] * L + [0] * (p - L) for L, p in zip(seqlens, P)), [])
     case = {"schema": "dsa-parity/case/v1", "seed": 1, "seqlens": list(seqlens), "dims": dims, "topk": 4,
-            "softmax_scale": 0.3, "relu": True, "loss": {"mode": loss, "coeff": 0.7}, "path": path,
+            "softmax_scale": 0.3, "relu": relu, "loss": {"mode": loss, "coeff": 0.7}, "path": path,
             "pad_rows": "attend"}
     layout = {"tp": cu[-1], "cp": 1, "cu_padded": cu, "real": real, "pad_rows": "attend"}
     for name, obj in (("case.json", case), ("layout.json", layout)):
@@ -88,11 +88,11 @@ def small_case(path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
     return Case(d), random_inputs(cu[-1], 3)
 
 
-def cp_case(cp, path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1)):
+def cp_case(cp, path="absorbed", loss="sparse", seqlens=(5, 0, 11, 1), relu=True):
     """small_case's tensors on a zigzag CP layout (SPEC §1: each segment padded to 2·cp, rank r
     holding chunk r then chunk 2cp−1−r of every segment); the same stream as a cp = 1 case."""
     from dsa_parity.worker import Case
-    case1, _ = small_case(path, loss, seqlens)
+    case1, _ = small_case(path, loss, seqlens, relu)
     P = [(L + 2 * cp - 1) // (2 * cp) * 2 * cp for L in seqlens]
     cu = [int(v) for v in np.concatenate([[0], np.cumsum(P)])]
     rank_rows = [sum((list(range(c + r * p // (2 * cp), c + (r + 1) * p // (2 * cp))) +
@@ -212,8 +212,11 @@ class ContextParallelTest(unittest.TestCase):
         # (docs/megatron-parity.md D5: each rank backpropagates its own rows' mean).
         from dsa_parity.adapters import megatron as A
         from dsa_parity.adapters import megatron_cp
+        # No ReLU: its zeros tie index scores, and where the ranks run on the CPU and cp = 1 on a GPU
+        # the two top-k break those ties differently (legal, SPEC §4; seen on the H200), which an
+        # exact comparison cannot take.
         for cp, path, loss in ((2, "absorbed", "sparse"), (3, "explicit", "dense"), (2, "explicit", "off")):
-            case, x = cp_case(cp, path, loss)
+            case, x = cp_case(cp, path, loss, relu=False)
             got = megatron_cp.run(case, x)
             case.cp = 1
             want = A.run(case, x)
@@ -233,6 +236,9 @@ class ContextParallelTest(unittest.TestCase):
         # A worker that has used CUDA starts its ranks from a forkserver (autograd's device threads
         # make a forked rank's backward fail, as seen on the H200); the answers are the same.
         from dsa_parity.adapters import megatron_cp
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.skipTest("this process has used CUDA: a forked rank cannot (what the forkserver is for); "
+                          "the forkserver's answers are checked against cp = 1 by the test above")
         case, x = cp_case(2)
         saved = os.environ.get("DSA_MEGATRON_CP_START")
         try:
@@ -254,7 +260,7 @@ class ContextParallelTest(unittest.TestCase):
         # Megatron's bf16 cp = 1 answer to bf16 rounding (dc: summed across ranks in fp32 there).
         from dsa_parity.adapters import megatron as A
         from dsa_parity.adapters import megatron_cp
-        case, x = cp_case(2)
+        case, x = cp_case(2, relu=False)  # no ReLU ties (see above)
         saved = A.DTYPE
         A.DTYPE = "bfloat16"
         try:
