@@ -426,7 +426,6 @@ TEST(LongContext, AttentionAtH128PastTwoTo31Elements) {
   EXPECT_TRUE(passes(compare_tensor("dW_UV", tensor_of({H, Dv, C}, bf16_rounded(h_dW_UV)), lp, ex, L), "dW_UV (grad_W_UV)"));
 }
 
-
 // ---- the indexer at DeepSeek-V3.2 widths: HI 64, DI 128 (q_I rows of 8 192 elements) -----------
 //
 // 266 240 query rows over 8 192 keys (the kernels take query and key rows apart: RowRanges give each
