@@ -1,6 +1,8 @@
 // GPU benchmarks of the fused kernels (README "Benchmarks"): indexer + top-k, attention forward,
 // attention backward, indexer loss forward + backward, at DeepSeek-V3.2 and GLM-5 shapes with
-// S = 4096 and 16384, K = 2048; CUDA events after warm-up; TFLOP/s over causal-valid pairs.
+// S = 4096, 16384, 65536 and 131072 (long context: query-side tensors past 2^31 elements), K = 2048;
+// the attention backward again with hot keys (every row selecting the same keys in most slots: the
+// dK~ atomics collide); CUDA events after warm-up; TFLOP/s over causal-valid pairs.
 // The speed-up over the CPU reference: the reference is timed on a small stream (S = 256) and
 // scaled per (query, selected key) pair. Compiled only with CUDA; skipped without a device.
 #ifdef DSA_HAVE_CUDA
@@ -12,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -49,8 +53,28 @@ struct Buf {
   Buf(const Buf&) = delete;
 };
 
+// Row g's attention indices (K slots, the first min(K, g+1) valid, −1 after). Normal: the keys
+// spread evenly over [0, g], slot j → ⌊j·(g+1)/n⌋. Hot keys: the first 3/4 of the valid slots are
+// keys 0, 1, 2, … (the same keys in every row, so the dK~ atomics of all rows meet on them), the
+// rest spread as in the normal rows (slot j ≥ hot → ⌊j·(g+1)/n⌋ ≥ hot: no repeat). Both give
+// min(K, g+1) distinct visible keys per row: the same valid pairs and FLOP count.
+void index_row(int32_t* row, int g, bool hot) {
+  const int n = std::min(kTopK, g + 1), nhot = hot ? n * 3 / 4 : 0;
+  if (n < kTopK) {  // g + 1 ≤ K: every key of [0, g], in order (hot or not)
+    for (int j = 0; j < n; ++j) row[j] = j;
+    for (int j = n; j < kTopK; ++j) row[j] = -1;
+    return;
+  }
+  // n == kTopK, a power of two: the division is a shift (2.7·10^8 slots at S = 131072).
+  static_assert((kTopK & (kTopK - 1)) == 0, "kTopK is a power of two");
+  const uint64_t span = uint64_t(g) + 1;
+  for (int j = 0; j < nhot; ++j) row[j] = j;
+  for (int j = nhot; j < kTopK; ++j) row[j] = (int32_t)(uint64_t(j) * span / kTopK);
+}
+
 // One stream of S tokens (a single causal sequence, one rank) with every device tensor the four
-// stages need. Attention indices: row g selects min(K, g+1) keys spread evenly over [0, g].
+// stages need. Attention indices: index_row (normal or hot keys). At S = 131072, DeepSeek-V3.2
+// shape, the buffers hold ~83 GB (Q~, dQ~, O_lat, dO_lat: 17-19 GB each), so only one is alive.
 struct Workload {
   int S, H, C, R, D, HI, DI, K;
   double pairs = 0;  // Σ_g min(K, g+1): the causal-valid (query, key) pairs of the sparse stages
@@ -60,7 +84,7 @@ struct Workload {
   Buf<uint8_t> counted;
   cudaStream_t st = nullptr;
 
-  Workload(const Dims& d, int S_)
+  Workload(const Dims& d, int S_, bool hot)
       : S(S_), H((int)d.H), C((int)d.C), R((int)d.R), D(C + R), HI((int)d.HI), DI((int)d.DI), K(kTopK),
         Qt((size_t)S * H * D), c((size_t)S * C), kpe((size_t)S * R), q_I((size_t)S * HI * DI), w((size_t)S * HI),
         k_I((size_t)S * DI), O_lat((size_t)S * H * C), dO_lat((size_t)S * H * C), dQt((size_t)S * H * D),
@@ -75,19 +99,24 @@ struct Workload {
     fused::fill_uniform_bf16(w.p, (int64_t)S * HI, 5, 1.f, st);
     fused::fill_uniform_bf16(k_I.p, (int64_t)S * DI, 6, 1.f, st);
     fused::fill_uniform_bf16(dO_lat.p, (int64_t)S * H * C, 7, 1.f, st);
-    std::vector<int32_t> h_row(S), h_kb(S, 0), h_ke(S), h_idx((size_t)S * K, -1);
+    std::vector<int32_t> h_row(S), h_kb(S, 0), h_ke(S);
     std::vector<uint8_t> h_counted(S, 1);
+    // [S, K] int32 (1 GB at S = 131072): written once, never value-initialized first, by all the
+    // host's threads (the first touch of its pages is most of the cost).
+    std::unique_ptr<int32_t[]> h_idx(new int32_t[(size_t)S * K]);
+    double sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum)
     for (int g = 0; g < S; ++g) {
       h_row[g] = g;
       h_ke[g] = g + 1;
-      const int n = std::min(K, g + 1);
-      pairs += n;
-      for (int j = 0; j < n; ++j) h_idx[(size_t)g * K + j] = (int32_t)((int64_t)j * (g + 1) / n);
+      sum += std::min(K, g + 1);
+      index_row(h_idx.get() + (size_t)g * K, g, hot);
     }
-    check(cudaMemcpy(row.p, h_row.data(), S * 4, cudaMemcpyHostToDevice));
-    check(cudaMemcpy(kb.p, h_kb.data(), S * 4, cudaMemcpyHostToDevice));
-    check(cudaMemcpy(ke.p, h_ke.data(), S * 4, cudaMemcpyHostToDevice));
-    check(cudaMemcpy(idx.p, h_idx.data(), h_idx.size() * 4, cudaMemcpyHostToDevice));
+    pairs = sum;
+    check(cudaMemcpy(row.p, h_row.data(), (size_t)S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(kb.p, h_kb.data(), (size_t)S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(ke.p, h_ke.data(), (size_t)S * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(idx.p, h_idx.get(), (size_t)S * K * 4, cudaMemcpyHostToDevice));
     check(cudaMemcpy(counted.p, h_counted.data(), S, cudaMemcpyHostToDevice));
     fused::select_keys(fused::SelectArgs{idx.p, ranges(), S, S, K, sel.p, cnt.p}, st);
     forward();
@@ -119,14 +148,14 @@ struct Workload {
   }
 };
 
-// One workload alive at a time (S = 16384 at DeepSeek-V3.2 shape holds ~10 GB).
-Workload& workload(int model, int S) {
+// One workload alive at a time (the previous one is freed before the next is made).
+Workload& workload(int model, int S, bool hot = false) {
   static std::unique_ptr<Workload> w;
-  static std::pair<int, int> key{-1, -1};
-  if (key != std::make_pair(model, S)) {
+  static std::tuple<int, int, bool> key{-1, -1, false};
+  if (!w || key != std::make_tuple(model, S, hot)) {
     w.reset();
-    w = std::make_unique<Workload>(kModels[model].d, S);
-    key = {model, S};
+    w = std::make_unique<Workload>(kModels[model].d, S, hot);
+    key = {model, S, hot};
   }
   return *w;
 }
@@ -161,23 +190,30 @@ double cpu_seconds_per_pair(int model) {
   return cache[model] = s / pairs;
 }
 
+// Long streams (S ≥ 65536) take seconds a step: one warm-up and 2 timed iterations there; 2 and 5
+// below (the figures of the README's table, whose benchmark names carry "iterations:5").
+constexpr int kLongS = 65536;
+int warmups_for(int S) { return S >= kLongS ? 1 : 2; }
+int iterations_for(int S) { return S >= kLongS ? 2 : 5; }
+
 void run_kernel(benchmark::State& state, const std::string& kernel) {
   if (fused::device_count() == 0) {
     state.SkipWithError("no CUDA device");
     return;
   }
   const int model = (int)state.range(0), S = (int)state.range(1);
-  Workload& w = workload(model, S);
+  const bool hot = kernel == "backward_hot";
+  Workload& w = workload(model, S, hot);
   auto step = [&] {
     if (kernel == "indexer") w.indexer();
     else if (kernel == "forward") w.forward();
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
-    else if (kernel == "backward") w.backward();
+    else if (kernel == "backward" || hot) w.backward();
     else w.loss();
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
   const double pairs = kernel == "indexer" ? double(S) * (S + 1) / 2 : w.pairs;
-  for (int i = 0; i < 2; ++i) step();  // warm-up
+  for (int i = 0; i < warmups_for(S); ++i) step();
   check(cudaStreamSynchronize(w.st));
   cudaEvent_t a, b;
   check(cudaEventCreate(&a));
@@ -196,11 +232,12 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   const double per_iter = total / double(state.iterations());
-  state.counters["TFLOP/s"] = flops_per_pair(kernel, kModels[model].d) * pairs / per_iter / 1e12;
+  state.counters["TFLOP/s"] = flops_per_pair(hot ? "backward" : kernel, kModels[model].d) * pairs / per_iter / 1e12;
   state.counters["pairs"] = pairs;
   std::string label = std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK);
   if (kernel == "forward")
     label += fused::attention_forward_kernel_for(w.forward_args()) == fused::FwdKernel::wgmma ? " wgmma" : " mma.sync";
+  if (hot) label += " hot keys";
   state.SetLabel(label);
 }
 
@@ -236,31 +273,44 @@ void run_core_speedup(benchmark::State& state) {
   state.SetLabel(std::string(kModels[model].name) + " S=" + std::to_string(S) + " (CPU timed at S=256, scaled per pair)");
 }
 
-void shapes(benchmark::internal::Benchmark* b) {
-  for (int m = 0; m < 2; ++m)
-    for (int S : {4096, 16384}) b->Args({m, S});
-  b->ArgNames({"model", "S"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+// Registration, shape by shape (model, then S), every kernel of a shape in a row: the workload of
+// a shape is made once (at S = 131072 that takes seconds), not once per kernel. The names are
+// BM_Fused<Kernel>/model:M/S:S/iterations:N/manual_time, as BENCHMARK(...)->Args made them before.
+struct Kernel {
+  const char* name;
+  const char* kernel;
+};
+const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
+                           {"BM_FusedAttentionForward", "forward"},
+                           // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
+                           {"BM_FusedAttentionForwardMma", "forward_mma"},
+                           {"BM_FusedAttentionBackward", "backward"},
+                           {"BM_FusedLossForwardBackward", "loss"}};
+constexpr int kSeqLens[] = {4096, 16384, 65536, 131072};
+constexpr int kHotSeqLens[] = {4096, 16384};
+
+benchmark::internal::Benchmark* shaped(benchmark::internal::Benchmark* b, int model, int S, int iterations) {
+  return b->Args({model, S})->ArgNames({"model", "S"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
 }
 
-void BM_FusedIndexerTopk(benchmark::State& s) { run_kernel(s, "indexer"); }
-void BM_FusedAttentionForward(benchmark::State& s) { run_kernel(s, "forward"); }
-// The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
-void BM_FusedAttentionForwardMma(benchmark::State& s) { run_kernel(s, "forward_mma"); }
-void BM_FusedAttentionBackward(benchmark::State& s) { run_kernel(s, "backward"); }
-void BM_FusedLossForwardBackward(benchmark::State& s) { run_kernel(s, "loss"); }
-BENCHMARK(BM_FusedIndexerTopk)->Apply(shapes);
-BENCHMARK(BM_FusedAttentionForward)->Apply(shapes);
-BENCHMARK(BM_FusedAttentionForwardMma)->Apply(shapes);
-BENCHMARK(BM_FusedAttentionBackward)->Apply(shapes);
-BENCHMARK(BM_FusedLossForwardBackward)->Apply(shapes);
-BENCHMARK(run_core_speedup)
-    ->Name("BM_FusedCoreVsCpuReference")
-    ->Args({0, 4096})
-    ->Args({1, 4096})
-    ->ArgNames({"model", "S"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(3);
+[[maybe_unused]] const bool registered = [] {
+  for (int m = 0; m < 2; ++m)
+    for (int S : kSeqLens) {
+      for (const Kernel& k : kKernels) {
+        const std::string kernel = k.kernel;
+        shaped(benchmark::RegisterBenchmark(k.name, [kernel](benchmark::State& s) { run_kernel(s, kernel); }), m, S,
+               iterations_for(S));
+      }
+      if (S == 4096) shaped(benchmark::RegisterBenchmark("BM_FusedCoreVsCpuReference", run_core_speedup), m, S, 3);
+      // The backward with hot keys: same pairs and FLOP formula, the dK~ atomics of every row on the same keys.
+      for (int hs : kHotSeqLens)
+        if (hs == S)
+          shaped(benchmark::RegisterBenchmark("BM_FusedAttentionBackwardHotKeys",
+                                              [](benchmark::State& s) { run_kernel(s, "backward_hot"); }),
+                 m, S, iterations_for(S));
+    }
+  return true;
+}();
 
 }  // namespace
 }  // namespace dsa::bench

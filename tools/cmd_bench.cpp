@@ -4,6 +4,7 @@
 // any other --benchmark_* flag is passed through as given.
 #include <benchmark/benchmark.h>
 
+#include <initializer_list>
 #include <regex>
 
 #include "core/errors.hpp"
@@ -17,11 +18,15 @@ namespace {
 // at: a filter that selects any of them needs a device.
 std::vector<std::string> gpu_benchmark_names() {
   std::vector<std::string> names;
-  for (const char* base : {"BM_FusedIndexerTopk", "BM_FusedAttentionForward", "BM_FusedAttentionForwardMma",
-                           "BM_FusedAttentionBackward", "BM_FusedLossForwardBackward", "BM_FusedCoreVsCpuReference"})
+  auto add = [&](const char* base, std::initializer_list<const char*> seqlens) {
     for (const char* model : {"0", "1"})
-      for (const char* S : {"4096", "16384"})
-        names.push_back(std::string(base) + "/model:" + model + "/S:" + S + "/manual_time");
+      for (const char* S : seqlens) names.push_back(std::string(base) + "/model:" + model + "/S:" + S + "/manual_time");
+  };
+  for (const char* base : {"BM_FusedIndexerTopk", "BM_FusedAttentionForward", "BM_FusedAttentionForwardMma",
+                           "BM_FusedAttentionBackward", "BM_FusedLossForwardBackward"})
+    add(base, {"4096", "16384", "65536", "131072"});
+  add("BM_FusedAttentionBackwardHotKeys", {"4096", "16384"});
+  add("BM_FusedCoreVsCpuReference", {"4096"});
   return names;
 }
 
