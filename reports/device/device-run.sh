@@ -11,6 +11,10 @@
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
 # while warm; TARGETS overrides the targets built). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
+# benchlong: the fused benchmarks at S 64K/128K and the hot-keys backward (BENCH_FILTER overrides).
+# megatron knobs: MEGATRON_TESTS picks unittest names (default the whole file), MEGATRON_PROFILES the
+# slices (default "nightly production"), MEGATRON_PROD_CP the production slice's --cp (1 on a one-GPU
+# machine: its cp > 1 cases would run as CPU ranks, which take Tp <= 1024 only).
 # megatron: Megatron-LM's own DSA through python/dsa_parity/adapters/megatron.py, from the checkout carried
 # in .megatron/ (tools/megatron_fetch.sh): its unittest file, then for each of MEGATRON_RUNS
 # (kernels:dtype[:entry], entry functions or dsattention; default "unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16") a nightly slice of
@@ -48,6 +52,9 @@ for stage in $STAGES; do
       timeout 120 ./build/tools/tool_tests --gtest_filter='Cli.Cuda*' 2>&1 | tee $OUT/cli-cuda-tests.log | grep -E "PASSED|FAILED|Failure|SKIPPED" ;;
     fwdbench)
       ./build/dsa-parity bench --benchmark_filter='AttentionForward.*S:4096' 2>&1 | grep -E "BM_|rror" ;;
+    benchlong)
+      ./build/dsa-parity bench --benchmark_filter="${BENCH_FILTER:-BM_Fused.*(S:65536|S:131072|HotKeys)}" \
+        --benchmark_out=$OUT/bench-long.json --benchmark_out_format=json 2>&1 | grep -E "BM_|rror" ;;
     bench)
       ./build/dsa-parity bench --benchmark_out=$OUT/bench.json --benchmark_out_format=json 2>&1 | grep -E "BM_|rror" ;;
     oraclebench)
@@ -83,20 +90,22 @@ for stage in $STAGES; do
       export MEGATRON_PATH=$PWD/.megatron DSA_MEGATRON_DEVICE=cuda
       export DSA_MEGATRON_CP_DEVICE=${MEGATRON_CP_DEVICE:-cpu} DSA_MEGATRON_CP_TIMEOUT=${MEGATRON_CP_TIMEOUT:-60}
       [ -f .megatron/COMMIT ] && echo "Megatron-LM $(cat .megatron/COMMIT)" | tee $OUT/megatron-commit.txt
-      (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v tests.test_megatron_adapter) \
+      (cd python && DSA_PARITY_BIN=$OLDPWD/build/dsa-parity timeout 300 python3 -m unittest -v ${MEGATRON_TESTS:-tests.test_megatron_adapter}) \
         > $OUT/megatron-tests.log 2>&1; grep -E "^(FAIL|ERROR):|^Ran |^OK|^FAILED" $OUT/megatron-tests.log
       for run in ${MEGATRON_RUNS:-unfused:float32 unfused:bfloat16 streaming:bfloat16 tilelang:bfloat16}; do
         IFS=: read k dt entry <<< "$run"; entry=${entry:-functions}; tag=$k-$dt
         [ $entry = functions ] || tag=$tag-$entry
         scratch=$(mktemp -d); cp -r cases/edge $scratch/
-        for prof in nightly production; do
+        for prof in ${MEGATRON_PROFILES:-nightly production}; do
           budget=${MEGATRON_S:-50}; corpus=$scratch; tokens=${MEGATRON_MAX_TOKENS:-65536}
-          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; tokens=${MEGATRON_PROD_TOKENS:-4096}; }
+          cpflag=
+          [ $prof = production ] && { budget=${MEGATRON_PROD_S:-40}; corpus=none; tokens=${MEGATRON_PROD_TOKENS:-4096}
+                                      [ -n "$MEGATRON_PROD_CP" ] && cpflag="--cp $MEGATRON_PROD_CP"; }
           shrink=--shrink; [ "${MEGATRON_SHRINK:-1}" = 0 ] && shrink=
           PYTHONPATH=python DSA_MEGATRON_KERNELS=$k DSA_MEGATRON_DTYPE=$dt DSA_MEGATRON_ENTRY=$entry \
             DSA_MEGATRON_MAX_TOKENS=$tokens timeout $((budget + 120)) ./build/dsa-parity \
             fuzz --backend exec2:"python3 -m dsa_parity.adapters.megatron" --profile $prof --seed $SEED --oracle $ORACLE \
-            --time-budget $budget $shrink --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
+            --time-budget $budget $shrink $cpflag --corpus $corpus --report $OUT/megatron-$prof-$tag.json \
             > $OUT/megatron-$prof-$tag.log 2>&1
           echo "$prof $tag: exit $?"; grep -E "^[0-9]+ cases:|^exec2:" $OUT/megatron-$prof-$tag.log | cut -c1-160
         done
