@@ -62,6 +62,13 @@ void gather_rows_into(const Mat<R>& src, const std::vector<int64_t>& rows, Out&&
   for (size_t j = 0; j < rows.size(); ++j) out.row(static_cast<int64_t>(j)) = src.row(rows[j]);
 }
 
+// m written into rows row0.. and columns col0.. of a [rows, row_size] tensor, as fp64.
+template <class M>
+void write_block(TensorD& t, int64_t row0, int64_t col0, const M& m) {
+  MatMap<double>(t.data.data(), t.shape[0], t.row_size()).block(row0, col0, m.rows(), m.cols()) =
+      m.template cast<double>();
+}
+
 template <class R, class M>
 TensorD to_tensor(const M& m, Shape shape) {
   TensorD t(std::move(shape));
@@ -215,6 +222,14 @@ class Rank {
   }
   void attention_forward(RankOutput& out);   // O_lat, lse, O
   void attention_backward(RankOutput& out);  // dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe
+  static constexpr int64_t kBackwardRows = 128;  // query rows per block of the backward
+  struct BackwardScratch {                       // one thread's operands of backward_row
+    Buffer<R> K, Pf, Pb, dl, dKrows, dVrows;
+    BackwardScratch(int64_t keys, int64_t H, int64_t CR, int64_t C, bool absorbed)
+        : K(keys * CR), Pf(H * keys), Pb(H * keys), dl(H * keys), dKrows(absorbed ? keys * CR : 0),
+          dVrows(absorbed ? keys * C : 0) {}
+  };
+  void backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Mat<R>& dK, Mat<R>& dV, BackwardScratch& w) const;
 
   // ---- indexer loss (SPEC.md §7): loss.hpp --------------------------------------------------
 
