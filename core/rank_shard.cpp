@@ -60,6 +60,19 @@ Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& rank
   return assemble_ranks(L, ranks, L.rank_rows);
 }
 
+Result assemble_whole(RankResult&& rank) {
+  Result r;
+  if (!rank.scores.data.empty()) r.scores = std::move(rank.scores);
+  r.topk = std::move(rank.topk);
+  r.O = std::move(rank.O), r.O_lat = std::move(rank.O_lat), r.lse = std::move(rank.lse), r.kl = std::move(rank.kl);
+  r.dq_nope = std::move(rank.dq_nope), r.dq_pe = std::move(rank.dq_pe);
+  r.dq_I = std::move(rank.dq_I), r.dw = std::move(rank.dw);
+  r.dc = std::move(rank.dc), r.dk_pe = std::move(rank.dk_pe), r.dk_I = std::move(rank.dk_I);
+  r.dW_UK = std::move(rank.dW_UK), r.dW_UV = std::move(rank.dW_UV);
+  if (!r.kl.shape.empty()) r.loss = TensorD({1}, rank.loss);  // the loss stage ran
+  return r;
+}
+
 Inputs shard_inputs(const Inputs& in, const std::vector<int64_t>& rows) {
   Inputs out;
   out.W_UK = in.W_UK;

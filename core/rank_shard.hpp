@@ -31,6 +31,9 @@ Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& rank
                       const std::vector<std::vector<int64_t>>& own_rows);
 // The same with every rank's own rows (L.rank_rows).
 Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& ranks);
+// assemble_ranks of one rank holding rows 0 … Tp−1 in order: its tensors are the global ones,
+// moved instead of copied (at production widths they are gigabytes).
+Result assemble_whole(RankResult&& rank);
 
 // The rows `rows` (global stream rows, in that order) of every row tensor of in (all but the
 // weights W_UK, W_UV, which are kept whole): the inputs a rank needs, [rows.size(), ...] each.

@@ -252,6 +252,29 @@ TEST_P(AutoDiff, IndexerLossBackward) {
   }
 }
 
+// The backward walks query rows in blocks (reference/attention.hpp, 128 rows): a stream of 260
+// rows spans three, the last a partial one. The query-side gradients (written block by block) and
+// dW_UK (summed over blocks) against AD.
+TEST(AutoDiffBlocks, QueryGradientsOverSeveralBackwardBlocks) {
+  Problem p = test::small_problem({140, 120}, test::tiny_dims(), 3);
+  const StreamLayout L = test::layout_of(p);
+  ASSERT_GT(L.tp, 2 * 128);
+  const Inputs in = test::random_inputs(p.dims, L.tp, 907);
+  const Result r = run_core(p, in, {});
+  const std::vector<std::string> wrt = {"q_nope", "q_pe", "W_UK"};
+  int64_t n = 0;
+  const Vars<AD> v = seed(in, wrt, n);
+  TensorD O({L.tp, p.dims.H, p.dims.Dv}), lse({L.tp, p.dims.H}, -INFINITY);
+  const AD obj = attention_objective(v, p, in.dO, sparse_sets(L, r.topk), &O, &lse);
+  EXPECT_TRUE(test::close("O", r.O, O, kRel));
+  const std::pair<const char*, const TensorD*> grads[] = {{"q_nope", &r.dq_nope}, {"q_pe", &r.dq_pe}, {"W_UK", &r.dW_UK}};
+  for (auto& [name, g] : grads) {
+    const TensorD ad = grad_slice(obj.derivatives(), in, wrt, name);
+    EXPECT_GT(test::max_abs(ad), 1e-3) << name;
+    EXPECT_TRUE(test::close(std::string("d") + name, *g, ad, kRel));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Spec, AutoDiff,
                          ::testing::Values(AdCase{Path::absorbed, PadRows::attend, LossMode::sparse, true},
                                            AdCase{Path::explicit_, PadRows::masked, LossMode::dense, true},

@@ -98,9 +98,7 @@ Result run_core(const Problem& p, const StreamLayout& L, const Inputs& in, const
   std::iota(plan.rows.begin(), plan.rows.end(), 0);
   plan.own_rows = plan.rows;
   plan.gather_order = plan.rows;
-  std::vector<RankOutput> out;
-  out.push_back(run_rank(p, L, in, opt, plan));
-  return assemble_ranks(L, out, {plan.own_rows});
+  return assemble_whole(run_rank(p, L, in, opt, plan));
 }
 
 Result run_core_sharded(const Problem& p, const Inputs& in, const RunOptions& opt) {

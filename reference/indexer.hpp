@@ -7,17 +7,15 @@
 
 namespace dsa::detail {
 
-// u[t, h] = k_I[key t] · q_I[g, h] for the given keys; scores I = φ(u)·w[g].
+// u[t, h] = k_I[key t] · q_I[g, h] for the given keys' k_I rows; scores I = φ(u)·w[g].
 template <class P>
-auto Rank<P>::indexer_u(int64_t i, const std::vector<int64_t>& keys) const -> Mat<R> {
-  Mat<R> kI(static_cast<int64_t>(keys.size()), d_.DI);
-  for (size_t j = 0; j < keys.size(); ++j) kI.row(j) = k_I_.row(keys[j]);
+void Rank<P>::indexer_u(int64_t i, const Eigen::Ref<const Mat<R>>& kI, Eigen::Ref<Mat<R>> u) const {
   Eigen::Map<const Mat<R>> qI(q_I_.row(i).data(), d_.HI, d_.DI);
-  return kI * qI.transpose();
+  u.noalias() = kI * qI.transpose();
 }
 
 template <class P>
-auto Rank<P>::indexer_scores(int64_t i, const Mat<R>& u) const -> Vec<R> {
+auto Rank<P>::indexer_scores(int64_t i, const Eigen::Ref<const Mat<R>>& u) const -> Vec<R> {
   Vec<R> out(u.rows());
   for (int64_t t = 0; t < u.rows(); ++t) {
     R acc = 0;
@@ -35,19 +33,36 @@ auto Rank<P>::visible_keys(int64_t g) const -> std::vector<int64_t> {
 }
 
 template <class P>
+int64_t Rank<P>::max_visible() const {
+  int64_t most = 0;
+  for (int64_t g : plan_.rows) most = std::max(most, vis_.end(g) - vis_.begin(g));
+  return most;
+}
+
+template <class P>
 void Rank<P>::indexer(RankOutput& out) {
   const bool want_scores = Tp_ * Tp_ <= opt_.max_score_elements;
   if (want_scores) out.scores = TensorD({Tq_, Tp_}, kNegInf);
   out.topk = TensorI({Tq_, Kw_}, -1);
-#pragma omp parallel for schedule(static, 1) if (parallel_)
-  for (int64_t i = 0; i < Tq_; ++i) {
-    const int64_t g = plan_.rows[i];
-    const auto keys = visible_keys(g);
-    const Vec<R> I = indexer_scores(i, indexer_u(i, keys));
-    std::vector<double> sc(I.data(), I.data() + I.size());
-    const int64_t begin = keys.empty() ? 0 : keys.front();
-    topk_canonical(sc.data(), static_cast<int64_t>(sc.size()), begin, Kw_, out.topk.row(i), opt_.mutant);
-    if (want_scores) std::copy(sc.begin(), sc.end(), out.scores.row(i) + begin);
+  const int64_t most = max_visible();
+#pragma omp parallel if (parallel_)
+  {
+    Buffer<R> kI_buf(most * d_.DI), u_buf(most * d_.HI);
+#pragma omp for schedule(static, 1)
+    for (int64_t i = 0; i < Tq_; ++i) {
+      const int64_t g = plan_.rows[i];
+      const auto keys = visible_keys(g);
+      const int64_t n = static_cast<int64_t>(keys.size());
+      auto kI = kI_buf.as(n, d_.DI);
+      auto u = u_buf.as(n, d_.HI);
+      gather_rows_into(k_I_, keys, kI);
+      indexer_u(i, kI, u);
+      const Vec<R> I = indexer_scores(i, u);
+      std::vector<double> sc(I.data(), I.data() + I.size());
+      const int64_t begin = keys.empty() ? 0 : keys.front();
+      topk_canonical(sc.data(), n, begin, Kw_, out.topk.row(i), opt_.mutant);
+      if (want_scores) std::copy(sc.begin(), sc.end(), out.scores.row(i) + begin);
+    }
   }
   topk_ = &out.topk;
 }
@@ -56,6 +71,7 @@ void Rank<P>::indexer(RankOutput& out) {
 template <class P>
 void Rank<P>::select_keys() {
   S_.assign(Tq_, {});
+  max_keys_ = 0;
   for (int64_t i = 0; i < Tq_; ++i) {
     const int64_t g = plan_.rows[i];
     const int32_t* row = opt_.attention_indices ? opt_.attention_indices->row(plan_.own_rows[i]) : topk_->row(i);
@@ -64,6 +80,7 @@ void Rank<P>::select_keys() {
       if (int64_t t = vis_.attention_key(g, row[j]); t >= 0) S_[i].push_back(t);
     std::sort(S_[i].begin(), S_[i].end());
     S_[i].erase(std::unique(S_[i].begin(), S_[i].end()), S_[i].end());
+    max_keys_ = std::max(max_keys_, static_cast<int64_t>(S_[i].size()));
   }
 }
 

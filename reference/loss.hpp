@@ -37,58 +37,70 @@ void Rank<P>::loss(RankOutput& out) {
 
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is
   // only a bound on live memory here. Its A_h reuses the attention's lse instead of a softmax.
-  for (int64_t c0 = 0; c0 < Tq_; c0 += chunk) {
-    if (streaming && opt_.mutant == Mutant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
-    const int64_t c1 = streaming ? std::min(Tq_, c0 + chunk) : Tq_;
-#pragma omp parallel for schedule(static, 1) if (parallel_)
-    for (int64_t i = c0; i < c1; ++i) {
-      const int64_t g = plan_.rows[i];
-      if (!L_.active(g)) continue;
-      const std::vector<int64_t> keys = sparse ? S_[i] : visible_keys(g);
-      if (keys.empty()) continue;
-      const int64_t n = static_cast<int64_t>(keys.size());
-      Mat<R> A = logits(i, keys);
-      for (int64_t h = 0; h < d_.H; ++h) {
-        const R norm = streaming ? lse_(i, h) : row_lse(A.row(h).transpose());
-        A.row(h) = P::exp(A.row(h).array() - norm);
-      }
-      Vec<R> T = A.colwise().sum().transpose();
-      T /= std::max(T.sum(), R(1e-10));
-
-      const Mat<R> u = indexer_u(i, keys);
-      const Vec<R> I = indexer_scores(i, u);
-      const Vec<R> logQ = I.array() - row_lse(I);
-      const Vec<R> Q = P::exp(logQ.array());
-      Vec<R> dI(n);
-      if (opt_.mutant == Mutant::kl_reversed) {
-        // KL(Q‖T) = Σ Q (logQ − log T) and its gradient Q·(a − KL), a = logQ − log T.
-        Vec<R> a(n);
-        for (int64_t t = 0; t < n; ++t) a(t) = logQ(t) - std::log(std::max(T(t), R(1e-10)));
-        kl(i) = Q.dot(a);
-        dI = scale * (Q.array() * (a.array() - kl(i))).matrix();
-      } else {
-        R acc = 0;
-        for (int64_t t = 0; t < n; ++t)
-          if (T(t) > 0) acc += T(t) * (std::log(std::max(T(t), R(1e-10))) - logQ(t));
-        kl(i) = acc;
-        dI = scale * (Q - T);
-      }
-
-      const int tid = omp_get_thread_num();
-      Eigen::Map<const Mat<R>> qI(q_I_.row(i).data(), d_.HI, d_.DI);
-      Mat<R> du(n, d_.HI);
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < d_.HI; ++h) {
-          dw(i, h) += dI(t) * phi(u(t, h));
-          du(t, h) = P::bf(dI(t) * w_(i, h) * dphi(u(t, h)));
+  const int64_t most = sparse ? max_keys_ : max_visible();
+#pragma omp parallel if (parallel_)
+  {
+    const int tid = omp_get_thread_num();
+    Buffer<R> K_buf(most * CR_), A_buf(d_.H * most), kI_buf(most * d_.DI), u_buf(most * d_.HI),
+        du_buf(most * d_.HI), dk_buf(most * d_.DI);
+    for (int64_t c0 = 0; c0 < Tq_; c0 += chunk) {
+      if (streaming && opt_.mutant == Mutant::streaming_kl_drop_last_chunk && c0 == last_chunk_begin) break;
+      const int64_t c1 = streaming ? std::min(Tq_, c0 + chunk) : Tq_;
+#pragma omp for schedule(static, 1)
+      for (int64_t i = c0; i < c1; ++i) {
+        const int64_t g = plan_.rows[i];
+        if (!L_.active(g)) continue;
+        const std::vector<int64_t> keys = sparse ? S_[i] : visible_keys(g);
+        if (keys.empty()) continue;
+        const int64_t n = static_cast<int64_t>(keys.size());
+        auto K = K_buf.as(n, CR_);
+        auto A = A_buf.as(d_.H, n);  // the logits, then A_h in place
+        gather_rows_into(Kt_, keys, K);
+        logits(i, keys, K, A);
+        for (int64_t h = 0; h < d_.H; ++h) {
+          const R norm = streaming ? lse_(i, h) : row_lse(A.row(h).transpose());
+          A.row(h) = P::exp(A.row(h).array() - norm);
         }
-      Mat<R> kI(n, d_.DI);
-      for (int64_t t = 0; t < n; ++t) kI.row(t) = k_I_.row(keys[t]);
-      Eigen::Map<Mat<R>>(dqI.row(i).data(), d_.HI, d_.DI) = du.transpose() * kI;
-      const Mat<R> dk = du * qI;
-      for (int64_t t = 0; t < n; ++t) dkI[tid].row(keys[t]) += dk.row(t);
+        Vec<R> T = A.colwise().sum().transpose();
+        T /= std::max(T.sum(), R(1e-10));
+
+        auto kI = kI_buf.as(n, d_.DI);
+        auto u = u_buf.as(n, d_.HI);
+        gather_rows_into(k_I_, keys, kI);
+        indexer_u(i, kI, u);
+        const Vec<R> I = indexer_scores(i, u);
+        const Vec<R> logQ = I.array() - row_lse(I);
+        const Vec<R> Q = P::exp(logQ.array());
+        Vec<R> dI(n);
+        if (opt_.mutant == Mutant::kl_reversed) {
+          // KL(Q‖T) = Σ Q (logQ − log T) and its gradient Q·(a − KL), a = logQ − log T.
+          Vec<R> a(n);
+          for (int64_t t = 0; t < n; ++t) a(t) = logQ(t) - std::log(std::max(T(t), R(1e-10)));
+          kl(i) = Q.dot(a);
+          dI = scale * (Q.array() * (a.array() - kl(i))).matrix();
+        } else {
+          R acc = 0;
+          for (int64_t t = 0; t < n; ++t)
+            if (T(t) > 0) acc += T(t) * (std::log(std::max(T(t), R(1e-10))) - logQ(t));
+          kl(i) = acc;
+          dI = scale * (Q - T);
+        }
+
+        // dw = Σ_t dI·φ(u); du = dI·w·φ'(u), the operand of dq_I = duᵀ·k_I and dk_I = du·q_I.
+        Eigen::Map<const Mat<R>> qI(q_I_.row(i).data(), d_.HI, d_.DI);
+        auto du = du_buf.as(n, d_.HI);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t h = 0; h < d_.HI; ++h) {
+            dw(i, h) += dI(t) * phi(u(t, h));
+            du(t, h) = P::bf(dI(t) * w_(i, h) * dphi(u(t, h)));
+          }
+        Eigen::Map<Mat<R>>(dqI.row(i).data(), d_.HI, d_.DI).noalias() = du.transpose() * kI;
+        auto dk = dk_buf.as(n, d_.DI);
+        dk.noalias() = du * qI;
+        for (int64_t t = 0; t < n; ++t) dkI[tid].row(keys[t]) += dk.row(t);
+      }
+      if (!streaming) break;
     }
-    if (!streaming) break;
   }
   for (int t = 1; t < nthreads; ++t) dkI[0] += dkI[t];
 

@@ -26,6 +26,7 @@ namespace dsa {
 // everywhere in the reference already.
 struct ExactPolicy {
   using Real = double;
+  static constexpr bool rounds = false;  // bf() is the identity: bf_inplace skips the pass
   static double bf(double x) { return x; }
   template <class A>
   static auto exp(const A& a) {
@@ -37,6 +38,7 @@ struct ExactPolicy {
 // vectorized float exp (unchanged, so lowp results stay bit-identical).
 struct Bf16Policy {
   using Real = float;
+  static constexpr bool rounds = true;
   static float bf(float x) { return round_bf16(x); }
   template <class A>
   static auto exp(const A& a) {
@@ -44,10 +46,11 @@ struct Bf16Policy {
   }
 };
 
-// Applies P::bf to every element of an Eigen expression's storage, in place.
+// Applies P::bf to every element of an Eigen expression's storage, in place. Under the exact
+// policy there is nothing to do, and a pass over a [Tq, H·C] matrix is not free.
 template <class P, class M>
 void bf_inplace(M&& m) {
-  m = m.unaryExpr([](typename P::Real x) { return P::bf(x); });
+  if constexpr (P::rounds) m = m.unaryExpr([](typename P::Real x) { return P::bf(x); });
 }
 
 }  // namespace dsa

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -38,6 +39,34 @@ Mat<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
 template <class R>
 Mat<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
   return ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
+}
+
+// Working memory of one thread's row loop: a buffer sized once for the largest row, viewed at
+// each row's shape, so that the loop allocates nothing. (Fresh temporaries of a few MiB per row
+// came back from the kernel page by page: page faults were a fifth of the run time at S = 1024.)
+// Eigen's allocator aligns it as it aligns a matrix: Eigen's vectorized sums start at the first
+// aligned element, so a buffer at a varying offset would change the rounding from run to run.
+template <class R>
+struct Buffer {
+  Vec<R> data;
+  explicit Buffer(int64_t size) : data(std::max<int64_t>(size, 1)) {}
+  Eigen::Map<Mat<R>> as(int64_t rows, int64_t cols) {
+    assert(rows * cols <= data.size());
+    return {data.data(), rows, cols};
+  }
+};
+
+// Rows `rows` of src, copied into the first rows.size() rows of out: the operand block of a GEMM.
+template <class R, class Out>
+void gather_rows_into(const Mat<R>& src, const std::vector<int64_t>& rows, Out&& out) {
+  for (size_t j = 0; j < rows.size(); ++j) out.row(static_cast<int64_t>(j)) = src.row(rows[j]);
+}
+
+// m written into rows row0.. and columns col0.. of a [rows, row_size] tensor, as fp64.
+template <class M>
+void write_block(TensorD& t, int64_t row0, int64_t col0, const M& m) {
+  MatMap<double>(t.data.data(), t.shape[0], t.row_size()).block(row0, col0, m.rows(), m.cols()) =
+      m.template cast<double>();
 }
 
 template <class R, class M>
@@ -81,6 +110,8 @@ class Rank {
     c_ = all_gather_keys(in.c);
     k_pe_ = all_gather_keys(in.k_pe);
     k_I_ = all_gather_keys(in.k_I);
+    Kt_.resize(Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
+    Kt_ << c_, k_pe_;
     // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
     // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
     // 3-15x slower on 2 cores than running them serially.
@@ -169,9 +200,11 @@ class Rank {
     if (u == R(0)) return opt_.mutant == Mutant::relu_grad_one_at_zero ? R(1) : R(0);
     return u > R(0) ? R(1) : R(0);
   }
-  Mat<R> indexer_u(int64_t i, const std::vector<int64_t>& keys) const;  // u[t,h] = k_I[t]·q_I[g,h]
-  Vec<R> indexer_scores(int64_t i, const Mat<R>& u) const;              // I = φ(u)·w[g]
+  // u[t,h] = k_I[t]·q_I[g,h] over the keys' gathered k_I rows kI [n, DI]; u is [n, HI].
+  void indexer_u(int64_t i, const Eigen::Ref<const Mat<R>>& kI, Eigen::Ref<Mat<R>> u) const;
+  Vec<R> indexer_scores(int64_t i, const Eigen::Ref<const Mat<R>>& u) const;  // I = φ(u)·w[g]
   std::vector<int64_t> visible_keys(int64_t g) const;
+  int64_t max_visible() const;  // the most keys any local row sees
   void indexer(RankOutput& out);  // scores and the canonical top-k of every local row
   void select_keys();             // S(g): valid, visible keys of the attention's index rows
 
@@ -179,8 +212,9 @@ class Rank {
 
   void project_queries();            // Q~ = [q_nope·W_UK ; q_pe]
   void materialize_explicit_keys();  // k_nope, v (explicit path)
-  Mat<R> gather_K(const std::vector<int64_t>& keys) const;  // K~ rows [c ; k_pe]
-  Mat<R> logits(int64_t i, const std::vector<int64_t>& keys) const;  // s·Q~[g]·K~ᵀ, [H, keys]
+  // logit = s·Q~[g]·K~ᵀ [H, n] over the keys' gathered K~ rows K [n, C+R] (explicit: from k_nope).
+  void logits(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& K,
+              Eigen::Ref<Mat<R>> out) const;
   static R row_lse(const Eigen::Ref<const Vec<R>>& x) {
     if (x.size() == 0) return -std::numeric_limits<R>::infinity();
     const R m = x.maxCoeff();
@@ -188,6 +222,14 @@ class Rank {
   }
   void attention_forward(RankOutput& out);   // O_lat, lse, O
   void attention_backward(RankOutput& out);  // dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe
+  static constexpr int64_t kBackwardRows = 128;  // query rows per block of the backward
+  struct BackwardScratch {                       // one thread's operands of backward_row
+    Buffer<R> K, Pf, Pb, dl, dKrows, dVrows;
+    BackwardScratch(int64_t keys, int64_t H, int64_t CR, int64_t C, bool absorbed)
+        : K(keys * CR), Pf(H * keys), Pb(H * keys), dl(H * keys), dKrows(absorbed ? keys * CR : 0),
+          dVrows(absorbed ? keys * C : 0) {}
+  };
+  void backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Mat<R>& dK, Mat<R>& dV, BackwardScratch& w) const;
 
   // ---- indexer loss (SPEC.md §7): loss.hpp --------------------------------------------------
 
@@ -210,10 +252,12 @@ class Rank {
   bool parallel_ = true;
   Mat<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_;  // query side (own rows) and weights
   Mat<R> c_, k_pe_, k_I_;                              // keys, global order
+  Mat<R> Kt_;                                          // K~ = [c ; k_pe], global order
   Mat<R> k_nope_, v_;                                  // explicit path only
   Mat<R> Qt_, O_lat_, lse_, O_;
   const TensorI* topk_ = nullptr;
   std::vector<std::vector<int64_t>> S_;
+  int64_t max_keys_ = 0;  // max |S(g)| over local rows
 };
 
 }  // namespace dsa::detail
