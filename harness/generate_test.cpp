@@ -16,6 +16,7 @@
 
 namespace dsa {
 namespace {
+namespace generate_test {  // its own names in a unity build (README "Layout of the source")
 
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
 
@@ -361,5 +362,6 @@ TEST(RandomCase, DrawsOnlyTheAllowedPaths) {
   }
 }
 
+}  // namespace generate_test
 }  // namespace
 }  // namespace dsa

@@ -9,6 +9,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_fuzz {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   SessionFlags session;
@@ -79,5 +80,6 @@ RegisterCommand reg({"fuzz",
                      "  dsa-parity fuzz --backend lowp --profile nightly --seed 7 --cases 2000 --shard 1/4 --report r1.json",
                      setup});
 
+}  // namespace cmd_fuzz
 }  // namespace
 }  // namespace dsa::cli
