@@ -42,7 +42,9 @@ stage() { echo "dsa.sh: $1 done in $((SECONDS - t0)) s" >&2; t0=$SECONDS; }
 # also the portable PTX (a third of nvcc's time). DSA_CMAKE_ARGS can set CMAKE_CUDA_ARCHITECTURES.
 archs=()
 nvidia-smi -L >/dev/null 2>&1 || archs=(-DCMAKE_CUDA_ARCHITECTURES=90a-real)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${archs[@]}" ${DSA_CMAKE_ARGS:-} >/dev/null
+# A unity build (each target's .cpp files compiled a batch at a time, README "Layout of the source"):
+# half the compiler's CPU time of a fresh build; DSA_CMAKE_ARGS=-DCMAKE_UNITY_BUILD=OFF turns it off.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON "${archs[@]}" ${DSA_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j "$jobs"
 stage build
 

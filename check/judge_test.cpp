@@ -12,6 +12,7 @@
 
 namespace dsa {
 namespace {
+namespace judge_test {  // its own names in a unity build (README "Layout of the source")
 
 PreparedCase small_case(int64_t topk = 4, std::vector<int64_t> seqlens = {5, 11}) {
   return test::small_case(std::move(seqlens), topk, 11);
@@ -104,5 +105,6 @@ TEST(Judge, ANonFiniteExactValueIsCannotRunNeverAPass) {
   EXPECT_NE(v.message.find("not finite"), std::string::npos) << v.message;
 }
 
+}  // namespace judge_test
 }  // namespace
 }  // namespace dsa

@@ -16,6 +16,7 @@
 
 namespace dsa {
 namespace {
+namespace oracle_both_test {  // its own names in a unity build (README "Layout of the source")
 
 PreparedCase small_case() { return test::small_case({6, 9}, 4, 5); }
 
@@ -129,5 +130,6 @@ TEST(OracleBoth, MergeKeepsTheWorstOfEachFigure) {
   EXPECT_EQ(all[1].compared, 20);
 }
 
+}  // namespace oracle_both_test
 }  // namespace
 }  // namespace dsa

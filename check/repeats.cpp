@@ -45,7 +45,7 @@ Diff diff_of(const Result& a, const Result& b, const std::string& name) {
   return diff(x->data, y->data);
 }
 
-std::string fmt(double x) {
+std::string fmt3(double x) {
   std::ostringstream s;
   s.precision(3);
   s << x;
@@ -76,9 +76,9 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
       why = "run " + std::to_string(r.runs) + " produced a different shape or left the tensor out";
     else if (r.deterministic && d.differing > 0)
       why = "declared deterministic, but " + std::to_string(d.differing) + " elements changed bits in run " +
-            std::to_string(r.runs) + " (max |run_k - run_1| " + fmt(d.spread) + ")";
+            std::to_string(r.runs) + " (max |run_k - run_1| " + fmt3(d.spread) + ")";
     else if (!r.deterministic && ch.tensor != "topk" && r.spread_ratio > 1)
-      why = "run-to-run spread " + fmt(r.spread) + " exceeds the tolerance alpha*e_l + floor = " + fmt(tolerance) +
+      why = "run-to-run spread " + fmt3(r.spread) + " exceeds the tolerance alpha*e_l + floor = " + fmt3(tolerance) +
             " (run " + std::to_string(r.runs) + ")";
     if (why.empty() || ch.failed()) continue;
     ch.status = CheckStatus::fail;

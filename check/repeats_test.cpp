@@ -14,6 +14,7 @@
 
 namespace dsa {
 namespace {
+namespace repeats_test {  // its own names in a unity build (README "Layout of the source")
 
 PreparedCase small_case() { return test::small_case({7, 6}, 4, 3); }
 
@@ -103,5 +104,6 @@ TEST(Repeats, ARunThatDropsATensorFails) {
   EXPECT_NE(j.v.message.find("left the tensor out"), std::string::npos) << j.v.message;
 }
 
+}  // namespace repeats_test
 }  // namespace
 }  // namespace dsa

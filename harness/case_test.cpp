@@ -13,6 +13,7 @@
 
 namespace dsa {
 namespace {
+namespace case_test {  // its own names in a unity build (README "Layout of the source")
 
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
 const std::string kMalformed = std::string(DSA_SOURCE_DIR) + "/cases/malformed/";
@@ -199,5 +200,6 @@ TEST(CaseSchema, AcceptsEveryCaseTheParserWritesAndRefusesMalformedOnes) {
   }
 }
 
+}  // namespace case_test
 }  // namespace
 }  // namespace dsa

@@ -18,6 +18,7 @@
 
 namespace dsa {
 namespace {
+namespace exec2_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
@@ -257,5 +258,6 @@ TEST(ExecProtocol, FoldersCarryTheLayout) {
   EXPECT_EQ(cat["tensors"].size(), catalogue().size());
 }
 
+}  // namespace exec2_test
 }  // namespace
 }  // namespace dsa

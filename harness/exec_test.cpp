@@ -15,6 +15,7 @@
 
 namespace dsa {
 namespace {
+namespace exec_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
@@ -184,5 +185,6 @@ TEST(MakeBackend, ReferenceIsExactAndLowpAndMutantsDiffer) {
   for (double v : lo.O.data) EXPECT_EQ(double(float(v)), v);
 }
 
+}  // namespace exec_test
 }  // namespace
 }  // namespace dsa

@@ -138,7 +138,7 @@ void apply_poison_pad_keys(Inputs& in, const StreamLayout& L, const Rows& g) {
     }
 }
 
-StreamLayout layout_of(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
+StreamLayout problem_layout(const Problem& p) { return make_layout(p.seqlens, p.cp, p.pad_rows); }
 
 // The inputs over rows g (ascending; every copied k_I row's predecessor among them).
 Inputs generate_rows(const Case& c, const StreamLayout& L, const Rows& g) {
@@ -163,14 +163,14 @@ Inputs generate_rows(const Case& c, const StreamLayout& L, const Rows& g) {
 }  // namespace
 
 Inputs generate_inputs(const Case& c) {
-  const StreamLayout L = layout_of(c.problem);
+  const StreamLayout L = problem_layout(c.problem);
   Rows all(L.tp);
   std::iota(all.begin(), all.end(), 0);
   return generate_rows(c, L, all);
 }
 
 Inputs generate_rank_inputs(const Case& c, int64_t rank) {
-  const StreamLayout L = layout_of(c.problem);
+  const StreamLayout L = problem_layout(c.problem);
   require(rank >= 0 && rank < L.cp, "rank", "must be in [0, cp), got " + std::to_string(rank));
   const Rows& mine = L.rank_rows[rank];
   // The rows to generate: the rank's, and under score_ties the k_I rows each copies from (a copy
@@ -195,7 +195,7 @@ Inputs generate_rank_inputs(const Case& c, int64_t rank) {
 
 std::optional<TensorI> injected_indices(const Case& c) {
   if (!c.init.inject_indices) return std::nullopt;
-  const StreamLayout L = layout_of(c.problem);
+  const StreamLayout L = problem_layout(c.problem);
   const int64_t tp = L.tp, kw = topk_width(c.problem.topk, tp);
   const Stream s(c.seed, "inject_indices");
   const Stream dup(c.seed, "inject_indices/duplicates");  // its own stream: the other draws are unchanged

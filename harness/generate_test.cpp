@@ -16,6 +16,7 @@
 
 namespace dsa {
 namespace {
+namespace generate_test {  // its own names in a unity build (README "Layout of the source")
 
 const std::string kData = std::string(DSA_SOURCE_DIR) + "/harness/testdata/";
 
@@ -403,5 +404,6 @@ TEST(RandomCase, DrawsWithinTheBackendsLimits) {
   EXPECT_THROW(random_case("smoke", 1, 0, empty), InvalidInput);
 }
 
+}  // namespace generate_test
 }  // namespace
 }  // namespace dsa

@@ -21,23 +21,13 @@
 
 #include "harness/backend.hpp"
 #include "harness/bucket.hpp"
+#include "harness/build_info.hpp"
 #include "core/errors.hpp"
 #include "harness/text.hpp"
 
 #ifdef DSA_HAVE_CUDA
 #include "fused/comm/comm.hpp"
 #include "fused/device.hpp"
-#endif
-
-// Captured by CMake (harness/CMakeLists.txt); defaults for other builds.
-#ifndef DSA_GIT_DESCRIBE
-#define DSA_GIT_DESCRIBE "unknown"
-#endif
-#ifndef DSA_BUILD_TYPE
-#define DSA_BUILD_TYPE ""
-#endif
-#ifndef DSA_COMPILE_FLAGS
-#define DSA_COMPILE_FLAGS ""
 #endif
 
 extern char** environ;
@@ -84,7 +74,7 @@ json environment_json() {
   // DSA_GIT_SHA names the commit at run time (a tree that travels without its .git, a device
   // machine); else `git describe --always --dirty` captured by CMake at configure time.
   const char* given = std::getenv("DSA_GIT_SHA");
-  std::string sha = given && *given ? given : DSA_GIT_DESCRIBE;
+  std::string sha = given && *given ? given : build_info::git_describe();
   bool dirty = false;
   const std::string suffix = "-dirty";
   if (sha.size() > suffix.size() && sha.compare(sha.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -94,8 +84,9 @@ json environment_json() {
   if (sha.empty() || sha == "HEAD") sha = "unknown";
   e["git_sha"] = sha;
   e["git_dirty"] = dirty;
-  e["build_type"] = DSA_BUILD_TYPE[0] ? DSA_BUILD_TYPE : "unknown";
-  e["compile_flags"] = trim(DSA_COMPILE_FLAGS);
+  const std::string build_type = build_info::build_type();
+  e["build_type"] = build_type.empty() ? "unknown" : build_type;
+  e["compile_flags"] = trim(build_info::compile_flags());
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   e["host"] = host;

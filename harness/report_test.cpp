@@ -18,6 +18,7 @@
 
 namespace dsa {
 namespace {
+namespace report_test {  // its own names in a unity build (README "Layout of the source")
 
 using nlohmann::json;
 
@@ -664,5 +665,6 @@ TEST(ReportRead, RefusesWhatIsNotAReportNamingTheFile) {
   std::filesystem::remove_all(d);
 }
 
+}  // namespace report_test
 }  // namespace
 }  // namespace dsa

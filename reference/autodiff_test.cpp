@@ -16,6 +16,7 @@
 
 namespace dsa {
 namespace {
+namespace autodiff_test {  // its own names in a unity build (README "Layout of the source")
 
 using AD = Eigen::AutoDiffScalar<Eigen::VectorXd>;
 constexpr double kRel = 1e-12;
@@ -285,5 +286,6 @@ INSTANTIATE_TEST_SUITE_P(Spec, AutoDiff,
                                   name(i.param.loss) + (i.param.relu ? "_relu" : "_identity");
                          });
 
+}  // namespace autodiff_test
 }  // namespace
 }  // namespace dsa

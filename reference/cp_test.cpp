@@ -10,6 +10,7 @@
 
 namespace dsa {
 namespace {
+namespace cp_test {  // its own names in a unity build (README "Layout of the source")
 
 constexpr double kRel = 1e-12;
 
@@ -99,5 +100,6 @@ TEST(Sharded, NonDefaultPadMultiples) {
   }
 }
 
+}  // namespace cp_test
 }  // namespace
 }  // namespace dsa

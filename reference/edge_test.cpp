@@ -13,6 +13,7 @@
 
 namespace dsa {
 namespace {
+namespace edge_test {  // its own names in a unity build (README "Layout of the source")
 
 constexpr double kRel = 1e-12;
 
@@ -254,5 +255,6 @@ TEST(WorkedExample, QuerySeventeenSeesKeysEightToSeventeen) {
   }
 }
 
+}  // namespace edge_test
 }  // namespace
 }  // namespace dsa

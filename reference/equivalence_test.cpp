@@ -12,6 +12,7 @@
 
 namespace dsa {
 namespace {
+namespace equivalence_test {  // its own names in a unity build (README "Layout of the source")
 
 constexpr double kRel = 1e-12;
 
@@ -76,5 +77,6 @@ INSTANTIATE_TEST_SUITE_P(Paths, Equivalence,
                                            EqCase{{17}, PadRows::masked, LossMode::sparse, 2}),
                          [](const auto& i) { return "case" + std::to_string(i.index); });
 
+}  // namespace equivalence_test
 }  // namespace
 }  // namespace dsa

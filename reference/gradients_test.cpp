@@ -20,6 +20,7 @@
 
 namespace dsa {
 namespace {
+namespace gradients_test {  // its own names in a unity build (README "Layout of the source")
 
 constexpr double kStep = 1e-5, kRel = 1e-6, kAbs = 1e-9;
 
@@ -177,5 +178,6 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{Path::explicit_, PadRows::masked, LossMode::sparse, true, false, 15}),
     describe);
 
+}  // namespace gradients_test
 }  // namespace
 }  // namespace dsa

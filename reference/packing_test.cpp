@@ -17,6 +17,7 @@
 
 namespace dsa {
 namespace {
+namespace packing_test {  // its own names in a unity build (README "Layout of the source")
 
 constexpr double kRel = 1e-12;
 
@@ -205,5 +206,6 @@ TEST_P(Packing, TopkCoveringEveryVisibleKeyIsDense) {
 INSTANTIATE_TEST_SUITE_P(Pads, Packing, ::testing::Values(PadRows::attend, PadRows::masked),
                          [](const auto& i) { return std::string(name(i.param)); });
 
+}  // namespace packing_test
 }  // namespace
 }  // namespace dsa

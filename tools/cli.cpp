@@ -8,16 +8,10 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "harness/build_info.hpp"
 #include "harness/shard.hpp"
 #include "harness/text.hpp"
 #include "tools/command.hpp"
-
-#ifndef DSA_VERSION
-#define DSA_VERSION "unknown"
-#endif
-#ifndef DSA_CONFIGURED_GIT_SHA
-#define DSA_CONFIGURED_GIT_SHA ""
-#endif
 
 namespace dsa::cli {
 
@@ -94,9 +88,9 @@ const std::vector<std::string>& command_line() { return line_storage(); }
 
 std::string version_text() {
   const char* given = std::getenv("DSA_GIT_SHA");
-  std::string sha = given && *given ? given : DSA_CONFIGURED_GIT_SHA;
+  std::string sha = given && *given ? given : build_info::git_sha();
   if (sha.empty()) sha = "unknown";
-  return "dsa-parity " DSA_VERSION " (git " + text::one_line(sha, 100) + ")";
+  return std::string("dsa-parity ") + build_info::version() + " (git " + text::one_line(sha, 100) + ")";
 }
 
 // ---- values

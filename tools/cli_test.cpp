@@ -22,6 +22,7 @@
 
 namespace dsa {
 namespace {
+namespace cli_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -641,5 +642,6 @@ TEST(Cli, EveryMalformedCaseFileIsExitTwoNamingItsField) {
   EXPECT_GE(checked, 100);
 }
 
+}  // namespace cli_test
 }  // namespace
 }  // namespace dsa

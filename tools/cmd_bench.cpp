@@ -13,6 +13,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_bench {  // its own names in a unity build (README "Layout of the source")
 
 // The GPU benchmarks of bench_fused.cpp (compiled only with CUDA), with the arguments they run
 // at: a filter that selects any of them needs a device.
@@ -123,5 +124,6 @@ RegisterCommand reg({"bench", "benchmark the CPU reference and (with CUDA) the f
                      "  dsa-parity bench --benchmark_filter=Fused --benchmark_out=fused.json",
                      setup});
 
+}  // namespace cmd_bench
 }  // namespace
 }  // namespace dsa::cli

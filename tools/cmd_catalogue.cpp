@@ -8,6 +8,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_catalogue {  // its own names in a unity build (README "Layout of the source")
 
 int run(bool json) {
   if (json) {
@@ -39,5 +40,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"catalogue", "print the tensor catalogue (names, roles, stages, dtypes, shape rules); --json for tools",
                      "  dsa-parity catalogue --json", setup});
 
+}  // namespace cmd_catalogue
 }  // namespace
 }  // namespace dsa::cli

@@ -14,6 +14,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_diff {  // its own names in a unity build (README "Layout of the source")
 
 using nlohmann::json;
 
@@ -131,5 +132,6 @@ RegisterCommand reg({"diff",
                      "compare two reports: new, fixed and persisting buckets, and each tensor's worst-margin move",
                      "  dsa-parity diff nightly-monday.json nightly-tuesday.json", setup});
 
+}  // namespace cmd_diff
 }  // namespace
 }  // namespace dsa::cli

@@ -10,6 +10,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_exec_worker {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   std::string folder, backend = "lowp";
@@ -42,5 +43,6 @@ RegisterCommand reg({"exec-worker",
                      "write FOLDER/outputs.safetensors",
                      "  dsa-parity fuzz --backend 'exec:dsa-parity exec-worker --backend lowp' --profile smoke", setup});
 
+}  // namespace cmd_exec_worker
 }  // namespace
 }  // namespace dsa::cli

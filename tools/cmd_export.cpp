@@ -12,6 +12,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_export {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   std::string file, out;
@@ -46,5 +47,6 @@ RegisterCommand reg({"export",
                      "(the exact reference's outputs, F64)",
                      "  dsa-parity export cases/edge/shorter_than_k.json --out exported", setup});
 
+}  // namespace cmd_export
 }  // namespace
 }  // namespace dsa::cli

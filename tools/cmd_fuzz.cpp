@@ -9,6 +9,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_fuzz {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   SessionFlags session;
@@ -85,5 +86,6 @@ RegisterCommand reg({"fuzz",
                      "  dsa-parity fuzz --backend lowp --profile nightly --seed 7 --cases 2000 --shard 1/4 --report r1.json",
                      setup});
 
+}  // namespace cmd_fuzz
 }  // namespace
 }  // namespace dsa::cli

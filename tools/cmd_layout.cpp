@@ -10,6 +10,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_layout {  // its own names in a unity build (README "Layout of the source")
 
 nlohmann::json layout_json(const StreamLayout& L) {
   nlohmann::json ranks = nlohmann::json::array();
@@ -83,5 +84,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"layout", "show which global rows each CP rank owns, real or pad, and each row's visible keys",
                      "  dsa-parity layout --seqlens 5,11 --cp 2 --layout zigzag --json", setup});
 
+}  // namespace cmd_layout
 }  // namespace
 }  // namespace dsa::cli

@@ -6,6 +6,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_merge {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   std::vector<std::string> reports;
@@ -46,5 +47,6 @@ RegisterCommand reg({"merge",
                      "  dsa-parity merge r0.json r1.json r2.json r3.json -o r.json --junit j.xml --html r.html",
                      setup});
 
+}  // namespace cmd_merge
 }  // namespace
 }  // namespace dsa::cli

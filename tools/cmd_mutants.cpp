@@ -8,6 +8,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_mutants {  // its own names in a unity build (README "Layout of the source")
 
 int run(bool json) {
   if (json) {
@@ -33,5 +34,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"mutants", "list the planted bugs (backends mutant:NAME) and what each breaks",
                      "  dsa-parity mutants\n  dsa-parity fuzz --backend mutant:kl_reversed --profile smoke --shrink", setup});
 
+}  // namespace cmd_mutants
 }  // namespace
 }  // namespace dsa::cli

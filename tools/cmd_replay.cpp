@@ -9,6 +9,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_replay {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   SessionFlags session;
@@ -37,5 +38,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"replay", "run every case file under DIR (a regression corpus) on a backend",
                      "  dsa-parity replay cases --backend lowp --report r.json --junit j.xml", setup});
 
+}  // namespace cmd_replay
 }  // namespace
 }  // namespace dsa::cli

@@ -7,6 +7,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_repro {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   SessionFlags session;
@@ -36,5 +37,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"repro", "run one case file and print the metrics of every checked tensor",
                      "  dsa-parity repro cases/edge/shorter_than_k.json --backend lowp --report r.json", setup});
 
+}  // namespace cmd_repro
 }  // namespace
 }  // namespace dsa::cli

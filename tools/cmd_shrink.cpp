@@ -7,6 +7,7 @@
 
 namespace dsa::cli {
 namespace {
+namespace cmd_shrink {  // its own names in a unity build (README "Layout of the source")
 
 struct Flags {
   std::string file, backend = "auto", out, time_budget = "60", comm = "auto";
@@ -34,5 +35,6 @@ Run setup(CLI::App& app) {
 RegisterCommand reg({"shrink", "reduce a failing case while its bucket holds; writes cases/regressions/<bucket>.json or --out",
                      "  dsa-parity shrink failing.json --backend mutant:kl_reversed --out small.json", setup});
 
+}  // namespace cmd_shrink
 }  // namespace
 }  // namespace dsa::cli

@@ -18,6 +18,7 @@
 
 namespace dsa {
 namespace {
+namespace exec_roundtrip_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 const std::string kBin = DSA_PARITY_BIN;
@@ -105,5 +106,6 @@ TEST(Mutants, ListsEveryPlantedBug) {
   for (auto& e : j) EXPECT_NO_THROW(make_backend(e["backend"].get<std::string>()));
 }
 
+}  // namespace exec_roundtrip_test
 }  // namespace
 }  // namespace dsa

@@ -22,6 +22,7 @@
 
 namespace dsa {
 namespace {
+namespace hostile_exec_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -194,5 +195,6 @@ TEST(HostileExec, EveryFailureModeEndsCleanly) {
   fs::remove_all(d);
 }
 
+}  // namespace hostile_exec_test
 }  // namespace
 }  // namespace dsa

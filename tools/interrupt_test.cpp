@@ -27,6 +27,7 @@
 
 namespace dsa {
 namespace {
+namespace interrupt_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -372,5 +373,6 @@ TEST(Interrupt, SecondSignalExitsAtOnce) {
   EXPECT_FALSE(fs::exists(d + "/r.json"));
 }
 
+}  // namespace interrupt_test
 }  // namespace
 }  // namespace dsa

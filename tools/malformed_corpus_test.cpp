@@ -17,6 +17,7 @@
 
 namespace dsa {
 namespace {
+namespace malformed_corpus_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 
@@ -194,5 +195,6 @@ TEST(Limits, FlagRules) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+}  // namespace malformed_corpus_test
 }  // namespace
 }  // namespace dsa

@@ -25,6 +25,7 @@ namespace dsa {
 void PrintTo(const MutantInfo& p, std::ostream* os) { *os << p.name; }
 
 namespace {
+namespace mutants_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -97,5 +98,6 @@ TEST_P(EveryMutant, SmokeFuzzFindsItAndShrinksItSmall) {
 INSTANTIATE_TEST_SUITE_P(Mutants, EveryMutant, ::testing::ValuesIn(all_mutants()),
                          [](const ::testing::TestParamInfo<MutantInfo>& i) { return std::string(i.param.name); });
 
+}  // namespace mutants_test
 }  // namespace
 }  // namespace dsa

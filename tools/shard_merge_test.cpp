@@ -16,6 +16,7 @@
 
 namespace dsa {
 namespace {
+namespace shard_merge_test {  // its own names in a unity build (README "Layout of the source")
 
 namespace fs = std::filesystem;
 using cli_testing::Outcome;
@@ -289,5 +290,6 @@ TEST(ShardMerge, ReportsThatAreNotShardsOfOneRunAreRefusedNamingTheFileAndTheFie
   }
 }
 
+}  // namespace shard_merge_test
 }  // namespace
 }  // namespace dsa
