@@ -8,12 +8,12 @@ namespace dsa {
 namespace {
 
 template <class T>
-bool contains(const std::vector<T>& v, T x) {
+bool limit_contains(const std::vector<T>& v, T x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 template <class T>
-std::string joined(const std::vector<T>& v, const char* sep) {
+std::string names_joined(const std::vector<T>& v, const char* sep) {
   std::string s;
   for (T x : v) s += (s.empty() ? "" : sep) + std::string(name(x));
   return s;
@@ -21,9 +21,9 @@ std::string joined(const std::vector<T>& v, const char* sep) {
 
 }  // namespace
 
-bool DrawLimits::allows(Path v) const { return contains(paths, v); }
-bool DrawLimits::allows(Layout v) const { return contains(layouts, v); }
-bool DrawLimits::allows(PadRows v) const { return contains(pad_rows, v); }
+bool DrawLimits::allows(Path v) const { return limit_contains(paths, v); }
+bool DrawLimits::allows(Layout v) const { return limit_contains(layouts, v); }
+bool DrawLimits::allows(PadRows v) const { return limit_contains(pad_rows, v); }
 bool DrawLimits::allows_cp(int64_t size) const { return cp ? size == *cp : max_cp == 0 || size <= max_cp; }
 
 bool DrawLimits::unlimited() const {
@@ -34,16 +34,16 @@ bool DrawLimits::unlimited() const {
 
 std::string outside(const Case& c, const DrawLimits& l) {
   const Problem& p = c.problem;
-  if (!l.allows(p.path)) return "its path is not among " + joined(l.paths, "+");
+  if (!l.allows(p.path)) return "its path is not among " + names_joined(l.paths, "+");
   if (l.cp && p.cp.size != *l.cp)
     return "its cp is " + std::to_string(p.cp.size) + ", not " + std::to_string(*l.cp) + ", " + l.cp_from;
   if (!l.allows_cp(p.cp.size))
     return "its cp is " + std::to_string(p.cp.size) + ", above " + std::to_string(l.max_cp);
   // The layout matters only where there are ranks to lay the stream over.
   if (p.cp.size > 1 && !l.allows(p.cp.layout))
-    return std::string("its layout is ") + name(p.cp.layout) + ", not " + joined(l.layouts, " or ");
+    return std::string("its layout is ") + name(p.cp.layout) + ", not " + names_joined(l.layouts, " or ");
   if (!l.allows(p.pad_rows))
-    return std::string("its pad rows ") + name(p.pad_rows) + ", not " + joined(l.pad_rows, " or ");
+    return std::string("its pad rows ") + name(p.pad_rows) + ", not " + names_joined(l.pad_rows, " or ");
   if (l.max_tokens > 0) {
     const int64_t tp = make_layout(p.seqlens, p.cp, p.pad_rows).tp;
     if (tp > l.max_tokens)
@@ -56,8 +56,8 @@ std::string limits_text(const DrawLimits& l) {
   std::string s;
   auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
   if (l.max_cp > 0 && !l.cp) add("cp <= " + std::to_string(l.max_cp));
-  if (l.layouts.size() < DrawLimits{}.layouts.size()) add("layout " + joined(l.layouts, "|"));
-  if (l.pad_rows.size() < DrawLimits{}.pad_rows.size()) add("pad rows " + joined(l.pad_rows, "|"));
+  if (l.layouts.size() < DrawLimits{}.layouts.size()) add("layout " + names_joined(l.layouts, "|"));
+  if (l.pad_rows.size() < DrawLimits{}.pad_rows.size()) add("pad rows " + names_joined(l.pad_rows, "|"));
   if (l.max_tokens > 0) add("Tp <= " + std::to_string(l.max_tokens));
   return s;
 }
