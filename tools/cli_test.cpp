@@ -460,7 +460,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
       with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--rank-timeout", "--report", "--junit", "--require-device",
                     "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose", "--repeat"});
   EXPECT_EQ(registered.at("fuzz"),
-            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--shrink", "--shard"}));
+            with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--cp", "--shrink", "--shard"}));
   EXPECT_EQ(registered.at("repro"), with(session, {}));
   EXPECT_EQ(registered.at("replay"), with(session, {"--shard"}));
   EXPECT_EQ(registered.at("merge"), with({}, {"--out", "--junit", "--html", "--keep-worst"}));
