@@ -16,7 +16,7 @@ struct Diff {
 };
 
 template <class T>
-Diff diff(const std::vector<T>& a, const std::vector<T>& b) {
+Diff diff(const TensorData<T>& a, const TensorData<T>& b) {
   Diff d;
   if (a.size() != b.size()) {
     d.shape_changed = true;

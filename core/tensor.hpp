@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor_memory.hpp"
+
 namespace dsa {
 
 using Shape = std::vector<int64_t>;
@@ -20,10 +22,14 @@ inline int64_t numel(const Shape& s) {
 
 std::string shape_str(const Shape& s);
 
+// A tensor's values: a std::vector whose large blocks ask for huge pages (core/tensor_memory.hpp).
+template <class T>
+using TensorData = std::vector<T, TensorAllocator<T>>;
+
 template <class T>
 struct Tensor {
   Shape shape;
-  std::vector<T> data;
+  TensorData<T> data;
 
   Tensor() = default;
   explicit Tensor(Shape s, T fill = T{}) : shape(std::move(s)), data(numel(shape), fill) {}

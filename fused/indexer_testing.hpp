@@ -53,7 +53,8 @@ struct DeviceArray {
     check_cuda(cudaMemcpy(base, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
     p = base + guard;
   }
-  DeviceArray(const std::vector<T>& v, T fill, size_t guard = 256) : DeviceArray(v.size(), fill, guard) {
+  template <class A>
+  DeviceArray(const std::vector<T, A>& v, T fill, size_t guard = 256) : DeviceArray(v.size(), fill, guard) {
     if (!v.empty()) check_cuda(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
   }
   DeviceArray(const DeviceArray&) = delete;
@@ -213,7 +214,7 @@ inline ::testing::AssertionResult topk_passes(const std::vector<int32_t>& fused,
   if (fused.size() != t.data.size())
     return ::testing::AssertionFailure() << context << " topk: " << fused.size() << " values for [" << L.tp << ", "
                                          << width << "]";
-  t.data = fused;
+  t.data.assign(fused.begin(), fused.end());
   const double delta = topk_delta(lowp_scores, exact_scores, L);
   auto exact_row = [&](int64_t g) {
     ScoreRow r{L.key_begin(g), {}};

@@ -3,11 +3,13 @@
 // backward → reduce-scatter key gradients, all-reduce weight gradients and the loss → copy back.
 #include "fused/run.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -73,8 +75,8 @@ class DBuf {
     if (h.size() != n_) throw std::logic_error("run_fused: upload size mismatch");
     if (n_) DSA_CUDA_CHECK(cudaMemcpyAsync(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s));
   }
-  std::vector<T> download(cudaStream_t s) const {
-    std::vector<T> h(n_);
+  TensorData<T> download(cudaStream_t s) const {
+    TensorData<T> h(n_);
     if (n_) DSA_CUDA_CHECK(cudaMemcpyAsync(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s));
     DSA_CUDA_CHECK(cudaStreamSynchronize(s));
     return h;
@@ -85,25 +87,38 @@ class DBuf {
   size_t n_;
 };
 
-// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order.
+// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order. At production shapes these
+// are hundreds of millions of values per case: converted on every core.
 std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& rows) {
-  const int64_t w = t.row_size();
-  std::vector<uint16_t> out(rows.size() * w);
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (int64_t e = 0; e < w; ++e) out[i * w + e] = bf16_bits(static_cast<float>(t.row(rows[i])[e]));
+  const int64_t w = t.row_size(), n = static_cast<int64_t>(rows.size());
+  std::vector<uint16_t> out(n * w);
+#pragma omp parallel for schedule(static) if (n * w > (int64_t(1) << 18))
+  for (int64_t i = 0; i < n; ++i) {
+    const double* src = t.row(rows[i]);
+    for (int64_t e = 0; e < w; ++e) out[i * w + e] = bf16_bits(static_cast<float>(src[e]));
+  }
   return out;
 }
 std::vector<uint16_t> all_bf16(const TensorD& t) {
   std::vector<uint16_t> out(t.size());
+#pragma omp parallel for schedule(static) if (t.size() > (int64_t(1) << 18))
   for (int64_t i = 0; i < t.size(); ++i) out[i] = bf16_bits(static_cast<float>(t.data[i]));
   return out;
 }
 
+// A rank's inputs: row rows[i] of every row tensor of `in` is the rank's local row i; the weights
+// whole. run_fused passes the global inputs and the rank's global rows (no copy of a shard);
+// run_fused_rank its shard and 0 … Tq−1.
+struct RankInputs {
+  const Inputs& in;
+  std::vector<int64_t> rows;
+};
+
 // One rank's outputs, local rows in local order, as they came off the device.
 struct RankOut {
-  std::vector<int32_t> topk;
-  std::vector<float> scores, lse, kl, dq_I, dw, dc, dk_pe, dk_I, dW_UK, dW_UV;
-  std::vector<uint16_t> O, O_lat, dq_nope, dq_pe;
+  TensorData<int32_t> topk;
+  TensorData<float> scores, lse, kl, dq_I, dw, dc, dk_pe, dk_I, dW_UK, dW_UV;
+  TensorData<uint16_t> O, O_lat, dq_nope, dq_pe;
   float loss = 0;
 };
 
@@ -135,8 +150,8 @@ std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) {
 std::vector<int64_t> key_upload_rows(const StreamLayout& L, int64_t r) { return L.rank_rows[r]; }
 #endif
 
-// The rank's own rows of `in` (its shard: local row i is global row L.rank_rows[r][i]).
-void run_rank(const Shared& S, const Inputs& in, DeviceComm& comm, RankOut& out) {
+// Rank comm.rank() of the run (its local row i is global row L.rank_rows[r][i]).
+void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& out) {
   const Problem& p = S.p;
   const StreamLayout& L = S.L;
   const Dims& d = p.dims;
@@ -164,17 +179,18 @@ void run_rank(const Shared& S, const Inputs& in, DeviceComm& comm, RankOut& out)
   auto up = [&](DBuf<uint16_t>& b, const std::vector<uint16_t>& h) { b.upload(h, st); };
   DBuf<uint16_t> q_nope(Tq * H * Dn), q_pe(Tq * H * R), q_I(Tq * HI * DI), w(Tq * HI), dO(Tq * H * Dv);
   DBuf<uint16_t> W_UK(H * Dn * C), W_UV(H * Dv * C);
-  up(q_nope, all_bf16(in.q_nope));
-  up(q_pe, all_bf16(in.q_pe));
-  up(q_I, all_bf16(in.q_I));
-  up(w, all_bf16(in.w));
-  up(dO, all_bf16(in.dO));
+  const Inputs& in = ri.in;
+  up(q_nope, rows_bf16(in.q_nope, ri.rows));
+  up(q_pe, rows_bf16(in.q_pe, ri.rows));
+  up(q_I, rows_bf16(in.q_I, ri.rows));
+  up(w, rows_bf16(in.w, ri.rows));
+  up(dO, rows_bf16(in.dO, ri.rows));
   up(W_UK, all_bf16(in.W_UK));
   up(W_UV, all_bf16(in.W_UV));
-  // The key rows it contributes, as positions in its shard (the rank's own rows, in some order).
+  // The key rows it contributes (the rank's own rows, in some order), as rows of `in`.
   std::vector<int64_t> local_pos(Tp, -1), krows;
   for (int64_t i = 0; i < Tq; ++i) local_pos[rows[i]] = i;
-  for (int64_t g : key_upload_rows(L, r)) krows.push_back(local_pos[g]);
+  for (int64_t g : key_upload_rows(L, r)) krows.push_back(ri.rows[local_pos[g]]);
   DBuf<uint16_t> c_own(Tq * C), kpe_own(Tq * R), kI_own(Tq * DI);
   up(c_own, rows_bf16(in.c, krows));
   up(kpe_own, rows_bf16(in.k_pe, krows));
@@ -298,7 +314,7 @@ void run_rank(const Shared& S, const Inputs& in, DeviceComm& comm, RankOut& out)
 #endif
     return mine.download(st);
   };
-  const std::vector<float> dK_mine = scatter_keys(dK, D);
+  const auto dK_mine = scatter_keys(dK, D);
   out.dk_I = scatter_keys(dk_I, DI);
   comm.allreduce_sum(dW_UK.get(), dW_UK.size(), st);
   comm.allreduce_sum(dW_UV.get(), dW_UV.size(), st);
@@ -318,6 +334,7 @@ void run_rank(const Shared& S, const Inputs& in, DeviceComm& comm, RankOut& out)
   out.dW_UV = dW_UV.download(st);
   out.dc.resize(Tq * C);
   out.dk_pe.resize(Tq * R);
+#pragma omp parallel for schedule(static) if (Tq * D > (int64_t(1) << 18))
   for (int64_t i = 0; i < Tq; ++i) {
     std::memcpy(&out.dc[i * C], &dK_mine[i * D], C * sizeof(float));
     std::memcpy(&out.dk_pe[i * R], &dK_mine[i * D + C], R * sizeof(float));
@@ -341,8 +358,9 @@ double from_f32_bf16(float v) {
 }
 
 template <class V, class F>
-TensorD converted(Shape shape, const std::vector<V>& v, F conv) {
+TensorD converted(Shape shape, const TensorData<V>& v, F conv) {
   TensorD t(std::move(shape));
+#pragma omp parallel for schedule(static) if (t.size() > (int64_t(1) << 18))
   for (int64_t i = 0; i < t.size(); ++i) t.data[i] = conv(v[i]);
   return t;
 }
@@ -351,8 +369,8 @@ TensorD converted(Shape shape, const std::vector<V>& v, F conv) {
 RankResult to_rank_result(const RankOut& o, const Dims& d, int64_t Tq, int64_t Tp, int64_t Kp, bool scores) {
   const int64_t H = d.H, C = d.C, R = d.R;
   RankResult res;
-  res.topk = TensorI({Tq, Kp});
-  std::memcpy(res.topk.data.data(), o.topk.data(), o.topk.size() * sizeof(int32_t));
+  res.topk.shape = {Tq, Kp};
+  res.topk.data = o.topk;
   if (scores) res.scores = converted({Tq, Tp}, o.scores, from_f32);
   res.O = converted({Tq, H, d.Dv}, o.O, from_bf16);
   res.O_lat = converted({Tq, H, C}, o.O_lat, from_bf16);
@@ -388,9 +406,9 @@ Shared shared_of(const Problem& p, const StreamLayout& L, const FusedOptions& op
   return Shared{p, opt, L, Kp, Ka, scores};
 }
 
-RankResult rank_part(const Shared& S, const Inputs& local, DeviceComm& comm) {
+RankResult rank_part(const Shared& S, const RankInputs& ri, DeviceComm& comm) {
   RankOut out;
-  run_rank(S, local, comm, out);
+  run_rank(S, ri, comm, out);
   const int64_t Tq = static_cast<int64_t>(S.L.rank_rows[comm.rank()].size());
   return to_rank_result(out, S.p.dims, Tq, S.L.tp, S.Kp, S.scores);
 }
@@ -402,8 +420,11 @@ RankResult run_fused_rank(const Problem& p, const StreamLayout& L, const Inputs&
   require(comm.size() == L.cp, "cp", "the communicator has " + std::to_string(comm.size()) + " ranks, the case cp " +
                                          std::to_string(L.cp));
   const Shared S = shared_of(p, L, opt);
-  check_shapes(local, p.dims, static_cast<int64_t>(L.rank_rows[comm.rank()].size()));
-  return rank_part(S, local, comm);
+  const int64_t Tq = static_cast<int64_t>(L.rank_rows[comm.rank()].size());
+  check_shapes(local, p.dims, Tq);
+  std::vector<int64_t> own(Tq);
+  std::iota(own.begin(), own.end(), int64_t(0));
+  return rank_part(S, RankInputs{local, std::move(own)}, comm);
 }
 
 Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
@@ -424,8 +445,8 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   for (int r = 0; r < cp; ++r)
     threads.emplace_back([&, r] {
       try {
-        // Each rank reads only its shard, as a rank in a process of its own does (--comm mpi).
-        outs[r] = rank_part(S, shard_inputs(in, L.rank_rows[r]), group->comm(r));
+        // Each rank reads only its own rows, as a rank in a process of its own does (--comm mpi).
+        outs[r] = rank_part(S, RankInputs{in, L.rank_rows[r]}, group->comm(r));
       } catch (...) {
         errs[r] = std::current_exception();
         group->comm(r).abort();
@@ -435,6 +456,10 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);  // an aborted group is destroyed here, never reused
   if (nccl) give_back_nccl_group(std::move(group));
+  // One rank holding every row in order (cp = 1): its tensors are the global ones, moved.
+  if (cp == 1 && std::is_sorted(L.rank_rows[0].begin(), L.rank_rows[0].end()) &&
+      static_cast<int64_t>(L.rank_rows[0].size()) == L.tp)
+    return assemble_whole(std::move(outs[0]));
   return assemble_ranks(L, outs);
 }
 

@@ -47,7 +47,7 @@ TEST(ExecProtocol, InputsCarryTheLayoutAndRoundTrip) {
   for (const char* n : {"q_nope", "q_pe", "c", "k_pe", "W_UK", "W_UV", "q_I", "k_I", "w", "dO"})
     EXPECT_EQ(f.tensors.at(n).dtype, st::DType::BF16) << n;
   const TensorI cu = st::to_ints(f.tensors.at("cu_padded"), "cu");
-  EXPECT_EQ(cu.data, (std::vector<int32_t>{0, 8, 20}));
+  EXPECT_EQ(cu.data, (TensorData<int32_t>{0, 8, 20}));
   const TensorI real = st::to_ints(f.tensors.at("real"), "real");
   ASSERT_EQ(real.size(), L.tp);
   for (int64_t g = 0; g < L.tp; ++g) EXPECT_EQ(real.data[g], L.is_real(g) ? 1 : 0);

@@ -44,7 +44,7 @@ TEST(Safetensors, ReadsAHandWrittenFile) {
   ASSERT_EQ(f.tensors.size(), 1u);
   const TensorD a = to_doubles(f.tensors.at("a"), "a");
   EXPECT_EQ(a.shape, (Shape{2}));
-  EXPECT_EQ(a.data, (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(a.data, (TensorData<double>{1.5, -2.0}));
   EXPECT_EQ(f.metadata.at("k"), "v");
 }
 
@@ -107,7 +107,7 @@ TEST(Safetensors, Bf16RoundsToNearestEven) {
   TensorD x({2});
   x.data = {1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8};
   const TensorD back = to_doubles(from_doubles(x, DType::BF16), "x");
-  EXPECT_EQ(back.data, (std::vector<double>{1.0, 1.0 + 0x1p-6}));
+  EXPECT_EQ(back.data, (TensorData<double>{1.0, 1.0 + 0x1p-6}));
 }
 
 // F16 floats convert exactly (normal, subnormal, inf); I64 indices convert when they fit in I32.

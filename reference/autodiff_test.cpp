@@ -233,8 +233,9 @@ TEST_P(AutoDiff, IndexerLossBackward) {
   int64_t n = 0;
   const Vars<AD> v = seed(in, wrt, n);
   Vars<double> cst;
-  cst.q_nope = in.q_nope.data, cst.q_pe = in.q_pe.data, cst.c = in.c.data, cst.k_pe = in.k_pe.data;
-  cst.W_UK = in.W_UK.data, cst.W_UV = in.W_UV.data;
+  auto values = [](const TensorD& t) { return std::vector<double>(t.data.begin(), t.data.end()); };
+  cst.q_nope = values(in.q_nope), cst.q_pe = values(in.q_pe), cst.c = values(in.c), cst.k_pe = values(in.k_pe);
+  cst.W_UK = values(in.W_UK), cst.W_UV = values(in.W_UV);
   std::vector<std::vector<int64_t>> supports = sparse_sets(L, r.topk);
   if (p.loss == LossMode::dense)
     for (int64_t g = 0; g < L.tp; ++g) {

@@ -11,6 +11,7 @@
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
 # while warm; TARGETS overrides the targets built). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
+# caseallin: BM_CaseAllIn (a production-shape case all in, the timing split), also with plain memory.
 # benchlong: the fused benchmarks at S 64K/128K and the hot-keys backward (BENCH_FILTER overrides).
 # megatron knobs: MEGATRON_TESTS picks unittest names (default the whole file), MEGATRON_PROFILES the
 # slices (default "nightly production"), MEGATRON_PROD_CP the production slice's --cp (1 on a one-GPU
@@ -39,19 +40,27 @@ SEED=${SEED:-11}
 ORACLE=${ORACLE:-cpu}
 BOTH_S=${BOTH_S:-120}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
-  cmake --build build -j16 --target ${TARGETS:-fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
+  cmake --build build -j16 --target ${TARGETS:-core_tests fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
 echo "built $(date -u +%T)"
 for stage in $STAGES; do
   echo "== $stage $(date -u +%T)"
   case $stage in
     tests)
+      ./build/core/core_tests 2>&1 | tee $OUT/core-tests.log | grep -E "PASSED|FAILED"
       timeout 180 ./build/fused/fused_tests 2>&1 | tee $OUT/fused-tests.log | grep -E "PASSED|FAILED|Failure|SKIPPED|spread|Expected|Which|got" | head -40
       timeout 120 ./build/check/gpu/gpu_oracle_tests 2>&1 | tee $OUT/gpu-oracle-tests.log | grep -E "PASSED|FAILED|Failure" | head -20
       timeout 120 ./build/harness/harness_tests --gtest_filter='Cuda*' 2>&1 | tee $OUT/harness-cuda-tests.log | grep -E "PASSED|FAILED|Failure"
       timeout 120 ./build/tools/tool_tests --gtest_filter='Cli.Cuda*' 2>&1 | tee $OUT/cli-cuda-tests.log | grep -E "PASSED|FAILED|Failure|SKIPPED" ;;
     fwdbench)
       ./build/dsa-parity bench --benchmark_filter='AttentionForward.*S:4096' 2>&1 | grep -E "BM_|rror" ;;
+    caseallin)
+      # One production-shape case all in (generate, cuda, GPU oracle, compare), the timing split as
+      # counters; again with DSA_TENSOR_MEMORY=plain (no huge pages, no kept blocks) beside it.
+      ./build/dsa-parity bench --benchmark_filter=BM_CaseAllIn --benchmark_out=$OUT/bench-case-all-in.json \
+        --benchmark_out_format=json 2>&1 | grep -E "BM_|rror"
+      DSA_TENSOR_MEMORY=plain ./build/dsa-parity bench --benchmark_filter=BM_CaseAllIn \
+        --benchmark_out=$OUT/bench-case-all-in-plain-memory.json --benchmark_out_format=json 2>&1 | grep -E "BM_|rror" ;;
     benchlong)
       ./build/dsa-parity bench --benchmark_filter="${BENCH_FILTER:-BM_Fused.*(S:65536|S:131072|HotKeys)}" \
         --benchmark_out=$OUT/bench-long.json --benchmark_out_format=json 2>&1 | grep -E "BM_|rror" ;;

@@ -1,0 +1,37 @@
+// Where tensor values live. At production shapes a case allocates tens of gigabytes of fresh
+// tensors (inputs, every backend output and both oracles', as doubles), and with 4 KiB pages the
+// first touch of each is a page fault every 4 KiB: zero-filling 2 GiB took 11.8 s on a 2-core VM,
+// 3.1 s with transparent huge pages. So blocks from kHugeBlockBytes up are 2 MiB aligned and
+// marked MADV_HUGEPAGE (the kernel's default "madvise" mode then backs them with huge pages), and
+// a freed one is kept for the next case's tensors of about its size (up to a cap), which then
+// touch memory that is already mapped. Smaller blocks come from operator new.
+#pragma once
+
+#include <cstddef>
+#include <new>
+
+namespace dsa {
+
+inline constexpr size_t kHugeBlockBytes = size_t(16) << 20;
+
+void* tensor_allocate(size_t bytes);
+void tensor_deallocate(void* p, size_t bytes) noexcept;
+// Bytes of freed blocks kept for reuse now (what the cache holds beyond the live tensors).
+size_t tensor_blocks_kept();
+
+template <class T>
+struct TensorAllocator {
+  using value_type = T;
+  TensorAllocator() = default;
+  template <class U>
+  TensorAllocator(const TensorAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    if (n > size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(tensor_allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) noexcept { tensor_deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const TensorAllocator<U>&) const noexcept { return true; }
+};
+
+}  // namespace dsa

@@ -1,0 +1,70 @@
+#include "core/tensor_memory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/tensor.hpp"
+
+namespace dsa {
+namespace {
+
+// DSA_TENSOR_MEMORY=plain turns the cache and the huge pages off: nothing of theirs to test.
+bool plain() {
+  const char* v = std::getenv("DSA_TENSOR_MEMORY");
+  return v && std::string(v) == "plain";
+}
+#define SKIP_IF_PLAIN() \
+  if (plain()) GTEST_SKIP() << "DSA_TENSOR_MEMORY=plain: large blocks come from operator new"
+
+constexpr int64_t kLarge = int64_t(kHugeBlockBytes / sizeof(double)) * 2;  // 32 MiB of doubles
+
+TEST(TensorMemory, LargeBlocksAreHugePageAligned) {
+  SKIP_IF_PLAIN();
+  TensorD t({kLarge});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data.data()) % (uintptr_t(2) << 20), 0u);
+}
+
+TEST(TensorMemory, AFreedLargeBlockServesTheNextTensorOfAboutItsSizeFilled) {
+  SKIP_IF_PLAIN();
+  const double* first;
+  {
+    TensorD a({kLarge}, 7.0);
+    first = a.data.data();
+  }
+  const size_t kept = tensor_blocks_kept();
+  EXPECT_GE(kept, size_t(kLarge) * sizeof(double));
+  TensorD b({kLarge - 1000});  // a little smaller: the same block, filled anew
+  EXPECT_EQ(b.data.data(), first);
+  EXPECT_EQ(tensor_blocks_kept(), kept - size_t(kLarge) * sizeof(double));
+  for (int64_t i = 0; i < b.size(); i += 4099) ASSERT_EQ(b.data[i], 0.0) << i;
+}
+
+TEST(TensorMemory, AKeptBlockFarLargerThanTheRequestIsNotHandedOut) {
+  SKIP_IF_PLAIN();
+  const double* big;
+  {
+    TensorD a({kLarge * 4});
+    big = a.data.data();
+  }
+  TensorD small({kLarge});
+  EXPECT_NE(small.data.data(), big);
+  TensorD again({kLarge * 4});  // the kept one fits this
+  EXPECT_EQ(again.data.data(), big);
+}
+
+TEST(TensorMemory, SmallTensorsAndCopiesBehaveAsVectors) {
+  TensorD s({3, 2}, 1.5);
+  TensorD copy = s;
+  copy.data[0] = -1;
+  EXPECT_EQ(s.data[0], 1.5);
+  TensorD big({kLarge}, 2.0);
+  TensorD big_copy = big;
+  EXPECT_NE(big_copy.data.data(), big.data.data());
+  EXPECT_EQ(big_copy.data[kLarge - 1], 2.0);
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,92 @@
+// BM_CaseAllIn/model:M/S:S: one production-shape case through the whole house as `fuzz`
+// runs it with --oracle gpu (generate → cuda backend → GPU oracle, exact and lowp → compare), each iteration a fresh seed;
+// the per-case timing split and the throughput as counters. Issue 12's figure: cases per hour at
+// S 4096 with DeepSeek-V3.2 dims and --oracle gpu (target ≥ 3600, i.e. ≤ 1 s a case all in).
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/backend.hpp"
+#include "harness/case.hpp"
+#include "harness/oracle_choice.hpp"
+#include "harness/run_case.hpp"
+
+namespace dsa::bench {
+namespace {
+
+struct CaseModel {
+  const char* name;
+  nlohmann::json dims;
+  double softmax_scale;  // (Dn + R)^(−1/2)
+};
+const CaseModel kCaseModels[] = {
+    {"DeepSeek-V3.2", {{"H", 128}, {"Dn", 128}, {"R", 64}, {"C", 512}, {"Dv", 128}, {"HI", 64}, {"DI", 128}}, 0.07216878364870323},
+    {"GLM-5", {{"H", 64}, {"Dn", 192}, {"R", 64}, {"C", 512}, {"Dv", 256}, {"HI", 32}, {"DI", 128}}, 0.0625}};
+
+Case production_case(const CaseModel& m, int64_t S, uint64_t seed) {
+  return case_from_json({{"schema", "dsa-parity/case/v1"},
+                         {"seed", std::to_string(seed)},
+                         {"seqlens", {S}},
+                         {"dims", m.dims},
+                         {"path", "absorbed"},
+                         {"topk", 2048},
+                         {"softmax_scale", m.softmax_scale},
+                         {"loss", {{"mode", "sparse"}}}});
+}
+
+void run_case_all_in(benchmark::State& state) {
+  const CaseModel& m = kCaseModels[state.range(0)];
+  const int64_t S = state.range(1);
+  if (!cuda_device_present()) {
+    state.SkipWithError("no CUDA device: BM_CaseAllIn runs the cuda backend");
+    return;
+  }
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Oracle> oracle;
+  try {
+    backend = make_backend("cuda");
+    oracle = make_oracle("gpu");
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  // One case untimed first: the CUDA context, cuBLAS handles, the NCCL group and the memory pools
+  // are made once per session, not per case.
+  run_case(production_case(m, S, 1), *backend, oracle.get());
+  double generate = 0, backend_s = 0, oracle_s = 0, compare = 0;
+  uint64_t seed = 2;
+  for (auto _ : state) {
+    const CaseVerdict v = run_case(production_case(m, S, seed++), *backend, oracle.get());
+    if (v.verdict != Verdict::pass) {
+      state.SkipWithError(("case did not pass: " + v.message).c_str());
+      return;
+    }
+    const double all = v.generate_s + v.backend_s + v.oracle_s + v.compare_s;
+    state.SetIterationTime(all);
+    generate += v.generate_s, backend_s += v.backend_s, oracle_s += v.oracle_s, compare += v.compare_s;
+  }
+  const double n = double(state.iterations()), all = (generate + backend_s + oracle_s + compare) / n;
+  state.counters["generate_s"] = generate / n;
+  state.counters["backend_s"] = backend_s / n;
+  state.counters["oracle_s"] = oracle_s / n;
+  state.counters["compare_s"] = compare / n;
+  state.counters["cases_per_hour"] = 3600.0 / all;
+  state.SetLabel(std::string(m.name) + " S=" + std::to_string(S) + " --oracle gpu");
+}
+
+[[maybe_unused]] const bool case_all_in_registered = [] {
+  for (int model = 0; model < 2; ++model)
+    benchmark::RegisterBenchmark("BM_CaseAllIn", run_case_all_in)
+        ->Args({model, 4096})
+        ->ArgNames({"model", "S"})
+        ->UseManualTime()
+        ->Unit(benchmark::kSecond)
+        ->Iterations(3);
+  return true;
+}();
+
+}  // namespace
+}  // namespace dsa::bench
