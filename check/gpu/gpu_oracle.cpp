@@ -223,7 +223,6 @@ class Oracle {
     DeviceArray<int32_t> vals(rows * Tp_), topk(Tp_ * Kw_);
     TopkSorter<R> sorter(rows, Tp_);
     if (want_scores) res.scores = TensorD({Tp_, Tp_});
-    std::vector<R> host;
     for (int64_t r0 = 0; r0 < Tp_; r0 += rows) {
       const int64_t B = std::min(rows, Tp_ - r0);
       // U[b·HI + h, t] = q_I[g, h]·k_I[t] for every key; the score kernel keeps the visible ones.
@@ -231,11 +230,7 @@ class Oracle {
               {k_I_.get(), d_.DI}, R(0), U.get(), Tp_, 0, 1);
       indexer_scores<R>(U.get(), w_.get() + r0 * d_.HI, kbegin_.get() + r0, kend_.get() + r0, B, d_.HI, Tp_,
                         p_.relu, scores.get(), vals.get());
-      if (want_scores) {
-        host.resize(B * Tp_);
-        DSA_GPU_CUDA(cudaMemcpy(host.data(), scores.get(), B * Tp_ * sizeof(R), cudaMemcpyDeviceToHost));
-        std::copy(host.begin(), host.end(), res.scores->row(r0));
-      }
+      if (want_scores) to_host<R>(scores.get(), res.scores->row(r0), B * Tp_);  // pinned, converted on several threads
       sorter.run(scores.get(), vals.get(), kbegin_.get() + r0, kend_.get() + r0, B, Kw_, topk.get() + r0 * Kw_);
     }
     res.topk = TensorI({Tp_, Kw_});
