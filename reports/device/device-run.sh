@@ -11,7 +11,8 @@
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
 # while warm; TARGETS overrides the targets built). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
-# caseallin: BM_CaseAllIn (a production-shape case all in, the timing split), also with plain memory.
+# caseallin: BM_CaseAllIn (a production-shape case all in, the timing split), also with plain memory
+# (DSA_TENSOR_MEMORY=plain) unless CASEALLIN_PLAIN=0.
 # benchlong: the fused benchmarks at S 64K/128K and the hot-keys backward (BENCH_FILTER overrides).
 # megatron knobs: MEGATRON_TESTS picks unittest names (default the whole file), MEGATRON_PROFILES the
 # slices (default "nightly production"), MEGATRON_PROD_CP the production slice's --cp (1 on a one-GPU
@@ -59,7 +60,7 @@ for stage in $STAGES; do
       # counters; again with DSA_TENSOR_MEMORY=plain (no huge pages, no kept blocks) beside it.
       ./build/dsa-parity bench --benchmark_filter=BM_CaseAllIn --benchmark_out=$OUT/bench-case-all-in.json \
         --benchmark_out_format=json 2>&1 | grep -E "BM_|rror"
-      DSA_TENSOR_MEMORY=plain ./build/dsa-parity bench --benchmark_filter=BM_CaseAllIn \
+      [ "${CASEALLIN_PLAIN:-1}" = 1 ] && DSA_TENSOR_MEMORY=plain ./build/dsa-parity bench --benchmark_filter=BM_CaseAllIn \
         --benchmark_out=$OUT/bench-case-all-in-plain-memory.json --benchmark_out_format=json 2>&1 | grep -E "BM_|rror" ;;
     benchlong)
       ./build/dsa-parity bench --benchmark_filter="${BENCH_FILTER:-BM_Fused.*(S:65536|S:131072|HotKeys)}" \
