@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -114,6 +115,18 @@ void tensor_deallocate(void* p, size_t bytes) noexcept {
     ::operator delete(p);
   else
     BlockCache::get().give(p);
+}
+
+void advise_huge_pages(void* p, size_t bytes) noexcept {
+  if (bytes < kHugeBlockBytes || plain_memory()) return;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // The 2 MiB-aligned interior only: madvise wants an aligned start, and the edges are not worth it.
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / kHugePage * kHugePage;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+#endif
 }
 
 size_t tensor_blocks_kept() { return BlockCache::get().kept(); }

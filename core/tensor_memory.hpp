@@ -16,6 +16,9 @@ inline constexpr size_t kHugeBlockBytes = size_t(16) << 20;
 
 void* tensor_allocate(size_t bytes);
 void tensor_deallocate(void* p, size_t bytes) noexcept;
+// Asks for huge pages for [p, p + bytes) before its first touch, when it is kHugeBlockBytes or more
+// (memory from elsewhere: Eigen's matrices in the reference come from malloc, fresh every run).
+void advise_huge_pages(void* p, size_t bytes) noexcept;
 // Bytes of freed blocks kept for reuse now (what the cache holds beyond the live tensors).
 size_t tensor_blocks_kept();
 

@@ -11,7 +11,7 @@ namespace dsa::detail {
 // busy-wait hand-offs stall whenever the machine is shared: 5x slower on 2 loaded cores.)
 template <class P>
 void Rank<P>::project_queries() {
-  Qt_.resize(Tq_, d_.H * CR_);
+  resize_large(Qt_, Tq_, d_.H * CR_);
 #pragma omp parallel for schedule(static) if (parallel_)
   for (int64_t h = 0; h < d_.H; ++h) {
     Qt_.middleCols(h * CR_, d_.C).noalias() = q_nope_.middleCols(h * d_.Dn, d_.Dn) * W_UK_.middleRows(h * d_.Dn, d_.Dn);
@@ -22,8 +22,8 @@ void Rank<P>::project_queries() {
 
 template <class P>
 void Rank<P>::materialize_explicit_keys() {
-  k_nope_.resize(Tp_, d_.H * d_.Dn);
-  v_.resize(Tp_, d_.H * d_.Dv);
+  resize_large(k_nope_, Tp_, d_.H * d_.Dn);
+  resize_large(v_, Tp_, d_.H * d_.Dv);
 #pragma omp parallel for schedule(static) if (parallel_)
   for (int64_t h = 0; h < d_.H; ++h) {
     k_nope_.middleCols(h * d_.Dn, d_.Dn).noalias() = c_ * W_UK_.middleRows(h * d_.Dn, d_.Dn).transpose();
@@ -53,9 +53,9 @@ void Rank<P>::logits(int64_t i, const std::vector<int64_t>& keys, const Eigen::R
 template <class P>
 void Rank<P>::attention_forward(RankOutput& out) {
   const int64_t H = d_.H, C = d_.C;
-  O_lat_.resize(Tq_, H * C);  // every row written below: a non-empty one by its GEMM
+  resize_large(O_lat_, Tq_, H * C);  // every row written below: a non-empty one by its GEMM
   lse_ = Mat<R>::Constant(Tq_, H, -std::numeric_limits<R>::infinity());
-  O_.resize(Tq_, H * d_.Dv);
+  resize_large(O_, Tq_, H * d_.Dv);
 #pragma omp parallel if (parallel_)
   {
     Buffer<R> K_buf(max_keys_ * CR_), l_buf(H * max_keys_);
@@ -183,6 +183,8 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int64_t qcols = absorbed ? CR_ : Dn + Rr;  // dQ columns per head
   const int64_t block = std::min<int64_t>(kBackwardRows, std::max<int64_t>(Tq_, 1));
   Mat<R> dO_lat(absorbed ? block : 0, H * C), dQ(block, H * qcols);
+  prefer_huge_pages(dO_lat);
+  prefer_huge_pages(dQ);
   out.dq_nope = TensorD({Tq_, H, Dn});
   out.dq_pe = TensorD({Tq_, H, Rr});
   Mat<R> dW_UK = Mat<R>::Zero(H * Dn, C), dW_UV(H * Dv, C);
@@ -198,8 +200,10 @@ void Rank<P>::attention_backward(RankOutput& out) {
 #pragma omp parallel if (parallel_)
   {
     const int tid = omp_get_thread_num();
-    dK[tid] = Mat<R>::Zero(Tp_, kcols);
-    dV[tid] = Mat<R>::Zero(Tp_, vcols);
+    resize_large(dK[tid], Tp_, kcols);
+    resize_large(dV[tid], Tp_, vcols);
+    dK[tid].setZero();
+    dV[tid].setZero();
     BackwardScratch w(max_keys_, H, CR_, C, absorbed);
     Mat<R> dq_nope_h(block, Dn);
     for (int64_t b0 = 0; b0 < Tq_; b0 += block) {

@@ -32,7 +32,9 @@ void Rank<P>::loss(RankOutput& out) {
   const int64_t last_chunk_begin = (Tq_ - 1) / chunk * chunk;
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
   std::vector<Mat<R>> dkI(nthreads, Mat<R>::Zero(Tp_, d_.DI));
-  Mat<R> dqI = Mat<R>::Zero(Tq_, d_.HI * d_.DI), dw = Mat<R>::Zero(Tq_, d_.HI);
+  Mat<R> dqI, dw = Mat<R>::Zero(Tq_, d_.HI);
+  resize_large(dqI, Tq_, d_.HI * d_.DI);
+  dqI.setZero();
   Vec<R> kl = Vec<R>::Zero(Tq_);
 
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/tensor_memory.hpp"
 #include "reference/comm.hpp"
 #include "reference/core.hpp"
 #include "reference/eigen_maps.hpp"
@@ -27,10 +28,26 @@ using Mat = RowMat<R>;
 template <class R>
 using Vec = Eigen::Matrix<R, Eigen::Dynamic, 1>;
 
+// A large matrix asks for huge pages before its first touch: Eigen allocates with malloc, so the
+// hundreds of MB of Q~, O_lat, the input copies and the key-gradient partials come back from the
+// kernel 4 KiB at a time on every run otherwise (page faults were ~40 % of the forward at S = 1024).
+template <class M>
+void prefer_huge_pages(M& m) {
+  advise_huge_pages(m.data(), static_cast<size_t>(m.size()) * sizeof(typename M::Scalar));
+}
+
+// m resized to [rows, cols] (contents undefined), asking for huge pages first.
+template <class M>
+void resize_large(M& m, int64_t rows, int64_t cols) {
+  m.resize(rows, cols);
+  prefer_huge_pages(m);
+}
+
 // Rows `rows` of a [T, ...] tensor as a [rows.size(), row_size] matrix of R.
 template <class R>
 Mat<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
-  Mat<R> m(static_cast<int64_t>(rows.size()), t.row_size());
+  Mat<R> m;
+  resize_large(m, static_cast<int64_t>(rows.size()), t.row_size());
   for (size_t i = 0; i < rows.size(); ++i)
     for (int64_t j = 0; j < t.row_size(); ++j) m(i, j) = static_cast<R>(t.row(rows[i])[j]);
   return m;
@@ -38,7 +55,10 @@ Mat<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
 
 template <class R>
 Mat<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
-  return ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
+  Mat<R> m;
+  resize_large(m, rows, cols);
+  m = ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
+  return m;
 }
 
 // Working memory of one thread's row loop: a buffer sized once for the largest row, viewed at
@@ -110,7 +130,7 @@ class Rank {
     c_ = all_gather_keys(in.c);
     k_pe_ = all_gather_keys(in.k_pe);
     k_I_ = all_gather_keys(in.k_I);
-    Kt_.resize(Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
+    resize_large(Kt_, Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
     Kt_ << c_, k_pe_;
     // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
     // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
@@ -144,7 +164,8 @@ class Rank {
     std::vector<double> send(sent.size() * cols), recv(Tp_ * cols);
     for (size_t i = 0; i < sent.size(); ++i) std::copy_n(t.row(sent[i]), cols, send.data() + i * cols);
     plan_.comm->allgather(send.data(), recv.data(), static_cast<int64_t>(send.size()));
-    Mat<R> m(Tp_, cols);
+    Mat<R> m;
+    resize_large(m, Tp_, cols);
     const int64_t ranks = plan_.comm->size(), block = Tp_ / ranks;  // every rank holds Tp/cp rows
     for (int64_t i = 0; i < Tp_; ++i) {
       int64_t from = i;  // where in the gathered order row i of recv is believed to come from
