@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/tensor.hpp"
@@ -64,6 +67,50 @@ TEST(TensorMemory, SmallTensorsAndCopiesBehaveAsVectors) {
   TensorD big_copy = big;
   EXPECT_NE(big_copy.data.data(), big.data.data());
   EXPECT_EQ(big_copy.data[kLarge - 1], 2.0);
+}
+
+// kB of transparent huge pages backing the mapping that holds p (/proc/self/smaps), or −1 when
+// the kernel has no THP at all (mode "never", or no such file: not Linux).
+long huge_kb_around(const void* p) {
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string m((std::istreambuf_iterator<char>(mode)), std::istreambuf_iterator<char>());
+  if (m.empty() || m.find("[never]") != std::string::npos) return -1;
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14));
+  }
+  return 0;
+}
+
+TEST(TensorMemory, MallocMemoryAdvisedBeforeItsFirstTouchGetsHugePages) {
+  SKIP_IF_PLAIN();
+  const size_t bytes = size_t(64) << 20;
+  char* p = static_cast<char*>(std::malloc(bytes));
+  ASSERT_NE(p, nullptr);
+  advise_huge_pages(p, bytes);
+  std::memset(p, 1, bytes);
+  const long kb = huge_kb_around(p + bytes / 2);
+  std::free(p);
+  if (kb < 0) GTEST_SKIP() << "transparent huge pages are off on this machine";
+  EXPECT_GT(kb, 0) << "no huge page backs 64 MiB advised before its first touch";
+}
+
+TEST(TensorMemory, ALargeTensorIsBackedByHugePages) {
+  SKIP_IF_PLAIN();
+  TensorD t({kLarge * 2}, 1.0);
+  const long kb = huge_kb_around(t.data.data() + t.size() / 2);
+  if (kb < 0) GTEST_SKIP() << "transparent huge pages are off on this machine";
+  EXPECT_GT(kb, 0);
 }
 
 }  // namespace
