@@ -93,9 +93,9 @@ class BlockCache {
   size_t kept_ = 0, cap_ = 0;
 };
 
-// DSA_TENSOR_MEMORY=plain: every block from operator new (to measure what the cache and the huge
-// pages are worth, or to rule them out).
-bool plain_memory() {
+}  // namespace
+
+bool tensor_memory_plain() {
   static const bool plain = [] {
     const char* v = std::getenv("DSA_TENSOR_MEMORY");
     return v && std::string(v) == "plain";
@@ -103,22 +103,20 @@ bool plain_memory() {
   return plain;
 }
 
-}  // namespace
-
 void* tensor_allocate(size_t bytes) {
-  if (bytes < kHugeBlockBytes || plain_memory()) return ::operator new(bytes);
+  if (bytes < kHugeBlockBytes || tensor_memory_plain()) return ::operator new(bytes);
   return BlockCache::get().take(bytes);
 }
 
 void tensor_deallocate(void* p, size_t bytes) noexcept {
-  if (bytes < kHugeBlockBytes || plain_memory())
+  if (bytes < kHugeBlockBytes || tensor_memory_plain())
     ::operator delete(p);
   else
     BlockCache::get().give(p);
 }
 
 void advise_huge_pages(void* p, size_t bytes) noexcept {
-  if (bytes < kHugeBlockBytes || plain_memory()) return;
+  if (bytes < kHugeBlockBytes || tensor_memory_plain()) return;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // The 2 MiB-aligned interior only: madvise wants an aligned start, and the edges are not worth it.
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;

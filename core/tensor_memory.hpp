@@ -19,6 +19,9 @@ void tensor_deallocate(void* p, size_t bytes) noexcept;
 // Asks for huge pages for [p, p + bytes) before its first touch, when it is kHugeBlockBytes or more
 // (memory from elsewhere: Eigen's matrices in the reference come from malloc, fresh every run).
 void advise_huge_pages(void* p, size_t bytes) noexcept;
+// DSA_TENSOR_MEMORY=plain: every block from operator new, no huge pages asked for (to measure what
+// they are worth, or to rule them out). Read once.
+bool tensor_memory_plain();
 // Bytes of freed blocks kept for reuse now (what the cache holds beyond the live tensors).
 size_t tensor_blocks_kept();
 

@@ -15,12 +15,8 @@ namespace dsa {
 namespace {
 
 // DSA_TENSOR_MEMORY=plain turns the cache and the huge pages off: nothing of theirs to test.
-bool plain() {
-  const char* v = std::getenv("DSA_TENSOR_MEMORY");
-  return v && std::string(v) == "plain";
-}
 #define SKIP_IF_PLAIN() \
-  if (plain()) GTEST_SKIP() << "DSA_TENSOR_MEMORY=plain: large blocks come from operator new"
+  if (tensor_memory_plain()) GTEST_SKIP() << "DSA_TENSOR_MEMORY=plain: large blocks come from operator new"
 
 constexpr int64_t kLarge = int64_t(kHugeBlockBytes / sizeof(double)) * 2;  // 32 MiB of doubles
 

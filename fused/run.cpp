@@ -87,12 +87,15 @@ class DBuf {
   size_t n_;
 };
 
-// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order. At production shapes these
-// are hundreds of millions of values per case: converted on every core.
+// Host conversions of this size and up run on every core (at production shapes a case converts
+// hundreds of millions of values each way); smaller ones are not worth a thread team.
+constexpr int64_t kParallelElements = int64_t(1) << 18;
+
+// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order.
 std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& rows) {
   const int64_t w = t.row_size(), n = static_cast<int64_t>(rows.size());
   std::vector<uint16_t> out(n * w);
-#pragma omp parallel for schedule(static) if (n * w > (int64_t(1) << 18))
+#pragma omp parallel for schedule(static) if (n * w > kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const double* src = t.row(rows[i]);
     for (int64_t e = 0; e < w; ++e) out[i * w + e] = bf16_bits(static_cast<float>(src[e]));
@@ -101,7 +104,7 @@ std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& ro
 }
 std::vector<uint16_t> all_bf16(const TensorD& t) {
   std::vector<uint16_t> out(t.size());
-#pragma omp parallel for schedule(static) if (t.size() > (int64_t(1) << 18))
+#pragma omp parallel for schedule(static) if (t.size() > kParallelElements)
   for (int64_t i = 0; i < t.size(); ++i) out[i] = bf16_bits(static_cast<float>(t.data[i]));
   return out;
 }
@@ -334,7 +337,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   out.dW_UV = dW_UV.download(st);
   out.dc.resize(Tq * C);
   out.dk_pe.resize(Tq * R);
-#pragma omp parallel for schedule(static) if (Tq * D > (int64_t(1) << 18))
+#pragma omp parallel for schedule(static) if (Tq * D > kParallelElements)
   for (int64_t i = 0; i < Tq; ++i) {
     std::memcpy(&out.dc[i * C], &dK_mine[i * D], C * sizeof(float));
     std::memcpy(&out.dk_pe[i * R], &dK_mine[i * D + C], R * sizeof(float));
@@ -360,7 +363,7 @@ double from_f32_bf16(float v) {
 template <class V, class F>
 TensorD converted(Shape shape, const TensorData<V>& v, F conv) {
   TensorD t(std::move(shape));
-#pragma omp parallel for schedule(static) if (t.size() > (int64_t(1) << 18))
+#pragma omp parallel for schedule(static) if (t.size() > kParallelElements)
   for (int64_t i = 0; i < t.size(); ++i) t.data[i] = conv(v[i]);
   return t;
 }

@@ -4,41 +4,32 @@
 // S 4096 with DeepSeek-V3.2 dims and --oracle gpu (target ≥ 3600, i.e. ≤ 1 s a case all in).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "harness/backend.hpp"
 #include "harness/case.hpp"
 #include "harness/oracle_choice.hpp"
 #include "harness/run_case.hpp"
+#include "tools/bench_models.hpp"
 
 namespace dsa::bench {
 namespace {
 
-struct CaseModel {
-  const char* name;
-  nlohmann::json dims;
-  double softmax_scale;  // (Dn + R)^(−1/2)
-};
-const CaseModel kCaseModels[] = {
-    {"DeepSeek-V3.2", {{"H", 128}, {"Dn", 128}, {"R", 64}, {"C", 512}, {"Dv", 128}, {"HI", 64}, {"DI", 128}}, 0.07216878364870323},
-    {"GLM-5", {{"H", 64}, {"Dn", 192}, {"R", 64}, {"C", 512}, {"Dv", 256}, {"HI", 32}, {"DI", 128}}, 0.0625}};
-
-Case production_case(const CaseModel& m, int64_t S, uint64_t seed) {
-  return case_from_json({{"schema", "dsa-parity/case/v1"},
-                         {"seed", std::to_string(seed)},
-                         {"seqlens", {S}},
-                         {"dims", m.dims},
-                         {"path", "absorbed"},
-                         {"topk", 2048},
-                         {"softmax_scale", m.softmax_scale},
-                         {"loss", {{"mode", "sparse"}}}});
+// Sparse loss on the absorbed path (the Case defaults), softmax scale (Dn + R)^(−1/2).
+Case production_case(const Model& m, int64_t S, uint64_t seed) {
+  Case c;
+  c.seed = seed;
+  c.problem.seqlens = {S};
+  c.problem.dims = m.d;
+  c.problem.topk = kTopK;
+  c.problem.softmax_scale = 1.0 / std::sqrt(static_cast<double>(m.d.Dn + m.d.R));
+  return c;
 }
 
 void run_case_all_in(benchmark::State& state) {
-  const CaseModel& m = kCaseModels[state.range(0)];
+  const Model& m = kModels[state.range(0)];
   const int64_t S = state.range(1);
   if (!cuda_device_present()) {
     state.SkipWithError("no CUDA device: BM_CaseAllIn runs the cuda backend");

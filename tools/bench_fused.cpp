@@ -25,6 +25,7 @@
 #include "fused/device.hpp"
 #include "fused/fill.hpp"
 #include "fused/run.hpp"
+#include "tools/bench_models.hpp"
 #include "harness/generate.hpp"
 #include "reference/core.hpp"
 
@@ -32,14 +33,6 @@ namespace dsa::bench {
 namespace {
 
 using fused::bf16;
-
-struct Model {
-  const char* name;
-  Dims d;
-};
-const Model kModels[] = {{"DeepSeek-V3.2", {128, 128, 64, 512, 128, 64, 128}},
-                         {"GLM-5", {64, 192, 64, 512, 256, 32, 128}}};
-constexpr int kTopK = 2048;
 
 void check(cudaError_t e) {
   if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
