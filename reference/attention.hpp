@@ -11,7 +11,7 @@ namespace dsa::detail {
 // busy-wait hand-offs stall whenever the machine is shared: 5x slower on 2 loaded cores.)
 template <class P>
 void Rank<P>::project_queries() {
-  resize_large(Qt_, Tq_, d_.H * CR_);
+  Qt_.resize(Tq_, d_.H * CR_);
 #pragma omp parallel for schedule(static) if (parallel_)
   for (int64_t h = 0; h < d_.H; ++h) {
     Qt_.middleCols(h * CR_, d_.C).noalias() = q_nope_.middleCols(h * d_.Dn, d_.Dn) * W_UK_.middleRows(h * d_.Dn, d_.Dn);
@@ -22,8 +22,8 @@ void Rank<P>::project_queries() {
 
 template <class P>
 void Rank<P>::materialize_explicit_keys() {
-  resize_large(k_nope_, Tp_, d_.H * d_.Dn);
-  resize_large(v_, Tp_, d_.H * d_.Dv);
+  k_nope_.resize(Tp_, d_.H * d_.Dn);
+  v_.resize(Tp_, d_.H * d_.Dv);
 #pragma omp parallel for schedule(static) if (parallel_)
   for (int64_t h = 0; h < d_.H; ++h) {
     k_nope_.middleCols(h * d_.Dn, d_.Dn).noalias() = c_ * W_UK_.middleRows(h * d_.Dn, d_.Dn).transpose();
@@ -53,9 +53,10 @@ void Rank<P>::logits(int64_t i, const std::vector<int64_t>& keys, const Eigen::R
 template <class P>
 void Rank<P>::attention_forward(RankOutput& out) {
   const int64_t H = d_.H, C = d_.C;
-  resize_large(O_lat_, Tq_, H * C);  // every row written below: a non-empty one by its GEMM
-  lse_ = Mat<R>::Constant(Tq_, H, -std::numeric_limits<R>::infinity());
-  resize_large(O_, Tq_, H * d_.Dv);
+  O_lat_.resize(Tq_, H * C);  // every row written below: a non-empty one by its GEMM
+  lse_.resize(Tq_, H);
+  lse_.setConstant(-std::numeric_limits<R>::infinity());
+  O_.resize(Tq_, H * d_.Dv);
 #pragma omp parallel if (parallel_)
   {
     Buffer<R> K_buf(max_keys_ * CR_), l_buf(H * max_keys_);
@@ -102,7 +103,7 @@ void Rank<P>::attention_forward(RankOutput& out) {
 // added to this thread's key-side partials dK, dV. dO_lat_row is W_UVᵀ·dO of the row, [H, C]
 // (absorbed only). The products are GEMMs over the row's gathered K~ rows.
 template <class P>
-void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Mat<R>& dK, Mat<R>& dV,
+void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& dK, Held<R>& dV,
                            BackwardScratch& w) const {
   const int64_t H = d_.H, C = d_.C;
   const auto& keys = S_[i];
@@ -182,12 +183,10 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const bool absorbed = p_.path == Path::absorbed;
   const int64_t qcols = absorbed ? CR_ : Dn + Rr;  // dQ columns per head
   const int64_t block = std::min<int64_t>(kBackwardRows, std::max<int64_t>(Tq_, 1));
-  Mat<R> dO_lat(absorbed ? block : 0, H * C), dQ(block, H * qcols);
-  prefer_huge_pages(dO_lat);
-  prefer_huge_pages(dQ);
+  Held<R> dO_lat(absorbed ? block : 0, H * C), dQ(block, H * qcols);
   out.dq_nope = TensorD({Tq_, H, Dn});
   out.dq_pe = TensorD({Tq_, H, Rr});
-  Mat<R> dW_UK = Mat<R>::Zero(H * Dn, C), dW_UV(H * Dv, C);
+  Held<R> dW_UK = Held<R>::zero(H * Dn, C), dW_UV(H * Dv, C);
 
   // Key-side accumulators: absorbed dK~ [Tp, C+R] and dV~ [Tp, C]; explicit dk_nope, dk_pe, dv.
   // One pair per thread, each summed over its rows in row order, then summed in thread order: the
@@ -195,13 +194,13 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int64_t kcols = absorbed ? CR_ : H * Dn + Rr;
   const int64_t vcols = absorbed ? C : H * Dv;
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
-  std::vector<Mat<R>> dK(nthreads), dV(nthreads);
+  std::vector<Held<R>> dK(nthreads), dV(nthreads);
 
 #pragma omp parallel if (parallel_)
   {
     const int tid = omp_get_thread_num();
-    resize_large(dK[tid], Tp_, kcols);
-    resize_large(dV[tid], Tp_, vcols);
+    dK[tid].resize(Tp_, kcols);
+    dV[tid].resize(Tp_, vcols);
     dK[tid].setZero();
     dV[tid].setZero();
     BackwardScratch w(max_keys_, H, CR_, C, absorbed);
@@ -246,7 +245,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
   }
 
   // Key-side and weight gradients.
-  Mat<R> dc_partial(Tp_, C), dk_pe_partial(Tp_, Rr);
+  Held<R> dc_partial(Tp_, C), dk_pe_partial(Tp_, Rr);
   if (absorbed) {
 #pragma omp parallel for schedule(static) if (parallel_)
     for (int64_t h = 0; h < H; ++h)

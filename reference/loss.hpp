@@ -31,10 +31,9 @@ void Rank<P>::loss(RankOutput& out) {
   const int64_t chunk = std::max<int64_t>(1, opt_.kl_chunk_rows);
   const int64_t last_chunk_begin = (Tq_ - 1) / chunk * chunk;
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
-  std::vector<Mat<R>> dkI(nthreads, Mat<R>::Zero(Tp_, d_.DI));
-  Mat<R> dqI, dw = Mat<R>::Zero(Tq_, d_.HI);
-  resize_large(dqI, Tq_, d_.HI * d_.DI);
-  dqI.setZero();
+  std::vector<Held<R>> dkI;
+  for (int t = 0; t < nthreads; ++t) dkI.push_back(Held<R>::zero(Tp_, d_.DI));
+  Held<R> dqI = Held<R>::zero(Tq_, d_.HI * d_.DI), dw = Held<R>::zero(Tq_, d_.HI);
   Vec<R> kl = Vec<R>::Zero(Tq_);
 
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is

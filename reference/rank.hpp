@@ -10,6 +10,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <vector>
 
 #include "core/tensor_memory.hpp"
@@ -28,35 +29,80 @@ using Mat = RowMat<R>;
 template <class R>
 using Vec = Eigen::Matrix<R, Eigen::Dynamic, 1>;
 
-// A large matrix asks for huge pages before its first touch: Eigen allocates with malloc, so the
-// hundreds of MB of Q~, O_lat, the input copies and the key-gradient partials come back from the
-// kernel 4 KiB at a time on every run otherwise (page faults were ~40 % of the forward at S = 1024).
-template <class M>
-void prefer_huge_pages(M& m) {
-  advise_huge_pages(m.data(), static_cast<size_t>(m.size()) * sizeof(typename M::Scalar));
-}
+// A matrix in tensor memory (core/tensor_memory.hpp). Eigen allocates with malloc, so the hundreds
+// of MB of Q~, O_lat, the input copies and the key-gradient partials came back from the kernel as
+// fresh pages on every run, to be faulted in and zeroed again: a third of the forward at S = 1024
+// on a 2-core VM, huge pages and all. Large blocks of tensor memory are kept between runs (the
+// oracle's cases) and are already mapped. Always 64-byte aligned: Eigen's vectorized sums start at
+// the first aligned element, so the rounding must not depend on where a run's block lands.
+// An Eigen::Map over its own block (re-pointed by placement new, the way Eigen documents); resize
+// leaves the contents undefined, and an expression assigned to it must have its size.
+template <class R>
+class Held : public Eigen::Map<Mat<R>> {
+  using Map = Eigen::Map<Mat<R>>;
 
-// m resized to [rows, cols] (contents undefined), asking for huge pages first.
-template <class M>
-void resize_large(M& m, int64_t rows, int64_t cols) {
-  m.resize(rows, cols);
-  prefer_huge_pages(m);
-}
+ public:
+  Held() : Map(nullptr, 0, 0) {}
+  Held(int64_t rows, int64_t cols) : Held() { resize(rows, cols); }
+  Held(const Held&) = delete;
+  Held(Held&& o) noexcept : Map(o.data(), o.rows(), o.cols()), bytes_(o.bytes_) { o.forget(); }
+  Held& operator=(Held&& o) noexcept {
+    if (this != &o) {
+      release();
+      point(o.data(), o.rows(), o.cols());
+      bytes_ = o.bytes_;
+      o.forget();
+    }
+    return *this;
+  }
+  ~Held() { release(); }
+  using Map::operator=;  // values of an expression of the same size
+
+  void resize(int64_t rows, int64_t cols) {
+    const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(R);
+    if (bytes != bytes_) {
+      release();
+      point(bytes ? static_cast<R*>(allocate(bytes)) : nullptr, 0, 0);
+      bytes_ = bytes;
+    }
+    point(this->data(), rows, cols);
+  }
+  static Held zero(int64_t rows, int64_t cols) {
+    Held m(rows, cols);
+    m.setZero();
+    return m;
+  }
+
+ private:
+  static bool cached(size_t bytes) { return bytes >= kHugeBlockBytes && !tensor_memory_plain(); }
+  static void* allocate(size_t bytes) {
+    return cached(bytes) ? tensor_allocate(bytes) : ::operator new(bytes, std::align_val_t{64});
+  }
+  void point(R* p, int64_t rows, int64_t cols) { new (static_cast<Map*>(this)) Map(p, rows, cols); }
+  void forget() {
+    point(nullptr, 0, 0);
+    bytes_ = 0;
+  }
+  void release() {
+    if (bytes_ && cached(bytes_)) tensor_deallocate(this->data(), bytes_);
+    else if (bytes_) ::operator delete(this->data(), std::align_val_t{64});
+    forget();
+  }
+  size_t bytes_ = 0;
+};
 
 // Rows `rows` of a [T, ...] tensor as a [rows.size(), row_size] matrix of R.
 template <class R>
-Mat<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
-  Mat<R> m;
-  resize_large(m, static_cast<int64_t>(rows.size()), t.row_size());
+Held<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
+  Held<R> m(static_cast<int64_t>(rows.size()), t.row_size());
   for (size_t i = 0; i < rows.size(); ++i)
     for (int64_t j = 0; j < t.row_size(); ++j) m(i, j) = static_cast<R>(t.row(rows[i])[j]);
   return m;
 }
 
 template <class R>
-Mat<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
-  Mat<R> m;
-  resize_large(m, rows, cols);
+Held<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
+  Held<R> m(rows, cols);
   m = ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
   return m;
 }
@@ -77,8 +123,8 @@ struct Buffer {
 };
 
 // Rows `rows` of src, copied into the first rows.size() rows of out: the operand block of a GEMM.
-template <class R, class Out>
-void gather_rows_into(const Mat<R>& src, const std::vector<int64_t>& rows, Out&& out) {
+template <class Src, class Out>
+void gather_rows_into(const Src& src, const std::vector<int64_t>& rows, Out&& out) {
   for (size_t j = 0; j < rows.size(); ++j) out.row(static_cast<int64_t>(j)) = src.row(rows[j]);
 }
 
@@ -130,7 +176,7 @@ class Rank {
     c_ = all_gather_keys(in.c);
     k_pe_ = all_gather_keys(in.k_pe);
     k_I_ = all_gather_keys(in.k_I);
-    resize_large(Kt_, Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
+    Kt_.resize(Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
     Kt_ << c_, k_pe_;
     // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
     // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
@@ -157,15 +203,14 @@ class Rank {
   // ---- communication -------------------------------------------------------------------------
 
   // Keys of every rank, all-gathered in rank order and restored to global order 0..Tp-1.
-  Mat<R> all_gather_keys(const TensorD& t) {
+  Held<R> all_gather_keys(const TensorD& t) {
     const int64_t cols = t.row_size();
     if (!plan_.comm) return as_matrix<R>(t, Tp_, cols);
     const std::vector<int64_t> sent = sent_rows();
     std::vector<double> send(sent.size() * cols), recv(Tp_ * cols);
     for (size_t i = 0; i < sent.size(); ++i) std::copy_n(t.row(sent[i]), cols, send.data() + i * cols);
     plan_.comm->allgather(send.data(), recv.data(), static_cast<int64_t>(send.size()));
-    Mat<R> m;
-    resize_large(m, Tp_, cols);
+    Held<R> m(Tp_, cols);
     const int64_t ranks = plan_.comm->size(), block = Tp_ / ranks;  // every rank holds Tp/cp rows
     for (int64_t i = 0; i < Tp_; ++i) {
       int64_t from = i;  // where in the gathered order row i of recv is believed to come from
@@ -190,7 +235,7 @@ class Rank {
   }
 
   // Partial key gradients over all Tp rows -> this rank's own rows, summed over ranks.
-  TensorD reduce_scatter_keys(const Mat<R>& partial) {
+  TensorD reduce_scatter_keys(const Eigen::Ref<const Mat<R>>& partial) {
     const int64_t cols = partial.cols();
     TensorD out({Tq_, cols});
     if (!plan_.comm) {
@@ -250,7 +295,7 @@ class Rank {
         : K(keys * CR), Pf(H * keys), Pb(H * keys), dl(H * keys), dKrows(absorbed ? keys * CR : 0),
           dVrows(absorbed ? keys * C : 0) {}
   };
-  void backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Mat<R>& dK, Mat<R>& dV, BackwardScratch& w) const;
+  void backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& dK, Held<R>& dV, BackwardScratch& w) const;
 
   // ---- indexer loss (SPEC.md §7): loss.hpp --------------------------------------------------
 
@@ -271,11 +316,11 @@ class Rank {
   int64_t Tq_ = 0, Tp_ = 0, CR_ = 0, Kw_ = 0;
   R s_ = 0;
   bool parallel_ = true;
-  Mat<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_;  // query side (own rows) and weights
-  Mat<R> c_, k_pe_, k_I_;                              // keys, global order
-  Mat<R> Kt_;                                          // K~ = [c ; k_pe], global order
-  Mat<R> k_nope_, v_;                                  // explicit path only
-  Mat<R> Qt_, O_lat_, lse_, O_;
+  Held<R> q_nope_, q_pe_, q_I_, w_, dO_, W_UK_, W_UV_;  // query side (own rows) and weights
+  Held<R> c_, k_pe_, k_I_;                              // keys, global order
+  Held<R> Kt_;                                          // K~ = [c ; k_pe], global order
+  Held<R> k_nope_, v_;                                  // explicit path only
+  Held<R> Qt_, O_lat_, lse_, O_;
   const TensorI* topk_ = nullptr;
   std::vector<std::vector<int64_t>> S_;
   int64_t max_keys_ = 0;  // max |S(g)| over local rows
