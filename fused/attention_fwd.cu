@@ -7,8 +7,7 @@
 // 16m..16m+15; for QKᵀ it takes keys 16h..16h+15 of the tile (K-dim = C+R), for P·V it takes
 // latent columns 256h..256h+255 of all 32 keys. The two warps of a head slice share the running
 // row max through shared memory; each keeps its own partial row sum. Online softmax in fp32 in the
-// log2 domain (exp2 of logit·log2e) against an integer running max (softmax_rows.cuh), lse
-// returned in natural log; P is rounded to bf16 for P·V.
+// log2 domain (exp2 of logit·log2e), lse returned in natural log; P is rounded to bf16 for P·V.
 #include <cmath>
 #include <stdexcept>
 #include <string>

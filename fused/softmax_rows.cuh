@@ -48,21 +48,13 @@ struct Sum {
 // A new tile's row max mt (log2 domain) into the running max: m_use is the max to subtract (0 while
 // a row has seen no usable key, so never exp(−inf − −inf)), alpha = exp2(m_old − m_use) rescales
 // what was accumulated, the running partial sum included.
-//
-// The running max is kept at an integer (a power of two in the exp domain), so alpha is an exact
-// power of two and a P̃ = exp2(logit − m) rounded to bf16 under an earlier tile's max is the very
-// bf16 value it would have been under the row's final max: every P of a row is rounded once, at
-// one scale, as SPEC.md §8 rounds the normalized P. Rounded against the exact running max instead
-// (another scale in every tile), O_lat and with it the backward's Δ = dO_lat·O_lat drifted: nightly
-// seed 92 case 340 had dc at 3.9× the lowp error (docs/analysis/online_softmax_rounding.py).
 __device__ __forceinline__ void update_max(const float (&mt)[2], float (&m_run)[2], float (&l_part)[2],
                                            float (&m_use)[2], float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float mn = ceilf(fmaxf(m_run[r], mt[r]));
+    const float mn = fmaxf(m_run[r], mt[r]);
     m_use[r] = mn == -INFINITY ? 0.f : mn;
-    // m_run − m_use is an integer ≤ 0 (or −inf); below 2^−160 the scale is 0 in fp32 anyway.
-    alpha[r] = m_run[r] == -INFINITY ? 0.f : ldexpf(1.f, (int)fmaxf(m_run[r] - m_use[r], -160.f));
+    alpha[r] = exp2f(m_run[r] - m_use[r]);
     m_run[r] = mn;
     l_part[r] *= alpha[r];
   }

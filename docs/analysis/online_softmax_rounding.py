@@ -2,21 +2,18 @@
 
 SPEC.md §8 rounds the normalized P = exp(logit - lse) to bf16 before P·V. The fused forward does that
 only for rows whose keys fit one tile; a longer row rounds the unnormalized exp(logit - running max)
-tile by tile and divides by the unrounded sum at the end (fused/attention_fwd.cu, _sm90.cu). Until
-the integer running max (fused/softmax_rows.cuh), that running max was the exact one, so each tile
-rounded at another scale; O_lat carried other rounding errors than the policy's, and the backward's
-Delta = dO_lat·O_lat took them into every dlogit of the row. This script recomputes dc of an exported
-one-head case five ways and prints the error of each against the exact dc:
+tile by tile and divides by the unrounded sum at the end (fused/attention_fwd.cu, _sm90.cu). Its O_lat
+therefore carries other rounding errors, and the backward's Delta = dO_lat·O_lat takes them into every
+dlogit of the row. This script recomputes dc of an exported one-head case four ways and prints the
+error of each against the exact dc:
   policy                   SPEC §8 (what the lowp reference does)
-  kernel_exact_max         the old fused forward (tiles of 32 keys, exact running max), then the backward
-  kernel_fwd_policy_delta  that forward, but Delta from the policy's O_lat
-  kernel_delta_sum_p_dp    that forward, Delta = sum_j P_j·dP_j
-  kernel                   the fused forward now: running max kept at an integer (exact power-of-two rescales)
+  kernel                   the fused forward's tile-by-tile rounding (tiles of 32 keys), then the backward
+  kernel_fwd_policy_delta  the fused forward, but Delta from the policy's O_lat
+  kernel_delta_sum_p_dp    the fused forward, Delta = sum_j P_j·dP_j
 
 Usage: dsa-parity export CASE.json --out DIR; PYTHONPATH=python python3 docs/analysis/online_softmax_rounding.py DIR
-(the nightly seed-92 case reports/device/2026-12-04-s7-0b25b8e-seed92-case340-dc-shrunk.json, all at dc[511, 5]:
-policy 0.0197, kernel_exact_max 0.0580 (the H200 then: 0.063; the lowp reference 0.016), kernel_fwd_policy_delta
-0.0197, kernel_delta_sum_p_dp 0.0468, kernel 0.0193.)
+(the nightly seed-92 case reports/device/2026-12-04-s7-0b25b8e-seed92-case340-dc-shrunk.json: policy 0.020,
+kernel 0.058 at dc[511, 5]; the H200 kernel 0.063, the lowp reference 0.016.)
 """
 import json
 import sys
@@ -43,7 +40,7 @@ def forward_policy(l, c):
     return bf((bf(P) @ c).astype(f32)), P
 
 
-def forward_kernel(l, c, integer_max=True):
+def forward_kernel(l, c):
     s2 = (l * L2E).astype(f32)
     if len(s2) <= TILE:
         m = s2.max()
@@ -54,8 +51,6 @@ def forward_kernel(l, c, integer_max=True):
     for j in range(0, len(s2), TILE):
         tile = s2[j:j + TILE]
         m_new = max(m, tile.max())
-        if integer_max:
-            m_new = f32(np.ceil(m_new))
         alpha = np.exp2(m - m_new) if np.isfinite(m) else f32(0)
         p = np.exp2(tile - m_new).astype(f32)
         total = f32(total * alpha + p.sum(dtype=f32))
@@ -82,8 +77,7 @@ def main(folder):
     dOl = bf(dO @ W_UV)
     idx = t["indices"]
     T = c.shape[0]
-    forwards = {"policy": forward_policy, "kernel": forward_kernel}
-    for mode in ["policy", "kernel_exact_max", "kernel_fwd_policy_delta", "kernel_delta_sum_p_dp", "kernel"]:
+    for mode in ["policy", "kernel", "kernel_fwd_policy_delta", "kernel_delta_sum_p_dp"]:
         dc = np.zeros((T, C))
         for g in range(T):
             raw = idx[g]
@@ -91,10 +85,7 @@ def main(folder):
             if len(keys) == 0:
                 continue
             l = (f32(scale) * (Kt[keys] @ Qb[g])).astype(f32)
-            if mode in forwards:
-                O, P = forwards[mode](l, cf[keys])
-            else:
-                O, P = forward_kernel(l, cf[keys], integer_max=False)
+            O, P = (forward_policy if mode == "policy" else forward_kernel)(l, cf[keys])
             dP = (cf[keys] @ dOl[g]).astype(f32)
             delta = f32((dOl[g] * O).sum(dtype=f32))
             if mode == "kernel_fwd_policy_delta":
