@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -18,6 +17,7 @@ namespace dsa {
 namespace {
 
 constexpr size_t kHugePage = size_t(2) << 20;
+constexpr std::align_val_t kSmallAlign{64};  // what a small block is aligned to (header)
 
 size_t rounded_to_huge_pages(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 
@@ -104,27 +104,15 @@ bool tensor_memory_plain() {
 }
 
 void* tensor_allocate(size_t bytes) {
-  if (bytes < kHugeBlockBytes || tensor_memory_plain()) return ::operator new(bytes);
+  if (bytes < kHugeBlockBytes || tensor_memory_plain()) return ::operator new(bytes, kSmallAlign);
   return BlockCache::get().take(bytes);
 }
 
 void tensor_deallocate(void* p, size_t bytes) noexcept {
   if (bytes < kHugeBlockBytes || tensor_memory_plain())
-    ::operator delete(p);
+    ::operator delete(p, kSmallAlign);
   else
     BlockCache::get().give(p);
-}
-
-void advise_huge_pages(void* p, size_t bytes) noexcept {
-  if (bytes < kHugeBlockBytes || tensor_memory_plain()) return;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  // The 2 MiB-aligned interior only: madvise wants an aligned start, and the edges are not worth it.
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / kHugePage * kHugePage;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-#endif
 }
 
 size_t tensor_blocks_kept() { return BlockCache::get().kept(); }

@@ -4,7 +4,10 @@
 // 3.1 s with transparent huge pages. So blocks from kHugeBlockBytes up are 2 MiB aligned and
 // marked MADV_HUGEPAGE (the kernel's default "madvise" mode then backs them with huge pages), and
 // a freed one is kept for the next case's tensors of about its size (up to a cap), which then
-// touch memory that is already mapped. Smaller blocks come from operator new.
+// touch memory that is already mapped. Smaller blocks come from operator new. Every block is at
+// least 64-byte aligned: Eigen's vectorized sums over a block (the reference's matrices live here,
+// reference/rank.hpp Held) start at its first aligned element, so the rounding must not depend on
+// where a run's block lands.
 #pragma once
 
 #include <cstddef>
@@ -16,9 +19,6 @@ inline constexpr size_t kHugeBlockBytes = size_t(16) << 20;
 
 void* tensor_allocate(size_t bytes);
 void tensor_deallocate(void* p, size_t bytes) noexcept;
-// Asks for huge pages for [p, p + bytes) before its first touch, when it is kHugeBlockBytes or more
-// (memory from elsewhere: Eigen's matrices in the reference come from malloc, fresh every run).
-void advise_huge_pages(void* p, size_t bytes) noexcept;
 // DSA_TENSOR_MEMORY=plain: every block from operator new, no huge pages asked for (to measure what
 // they are worth, or to rule them out). Read once.
 bool tensor_memory_plain();

@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -86,19 +84,6 @@ long huge_kb_around(const void* p) {
     if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14));
   }
   return 0;
-}
-
-TEST(TensorMemory, MallocMemoryAdvisedBeforeItsFirstTouchGetsHugePages) {
-  SKIP_IF_PLAIN();
-  const size_t bytes = size_t(64) << 20;
-  char* p = static_cast<char*>(std::malloc(bytes));
-  ASSERT_NE(p, nullptr);
-  advise_huge_pages(p, bytes);
-  std::memset(p, 1, bytes);
-  const long kb = huge_kb_around(p + bytes / 2);
-  std::free(p);
-  if (kb < 0) GTEST_SKIP() << "transparent huge pages are off on this machine";
-  EXPECT_GT(kb, 0) << "no huge page backs 64 MiB advised before its first touch";
 }
 
 TEST(TensorMemory, ALargeTensorIsBackedByHugePages) {

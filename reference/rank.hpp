@@ -33,10 +33,10 @@ using Vec = Eigen::Matrix<R, Eigen::Dynamic, 1>;
 // of MB of Q~, O_lat, the input copies and the key-gradient partials came back from the kernel as
 // fresh pages on every run, to be faulted in and zeroed again: a third of the forward at S = 1024
 // on a 2-core VM, huge pages and all. Large blocks of tensor memory are kept between runs (the
-// oracle's cases) and are already mapped. Always 64-byte aligned: Eigen's vectorized sums start at
-// the first aligned element, so the rounding must not depend on where a run's block lands.
-// An Eigen::Map over its own block (re-pointed by placement new, the way Eigen documents); resize
-// leaves the contents undefined, and an expression assigned to it must have its size.
+// oracle's cases) and are already mapped; every block is 64-byte aligned (the rounding of Eigen's
+// vectorized sums depends on it). An Eigen::Map over its own block (re-pointed by placement new,
+// the way Eigen documents); resize leaves the contents undefined, and an expression assigned to it
+// must have its size.
 template <class R>
 class Held : public Eigen::Map<Mat<R>> {
   using Map = Eigen::Map<Mat<R>>;
@@ -62,7 +62,7 @@ class Held : public Eigen::Map<Mat<R>> {
     const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(R);
     if (bytes != bytes_) {
       release();
-      point(bytes ? static_cast<R*>(allocate(bytes)) : nullptr, 0, 0);
+      point(bytes ? static_cast<R*>(tensor_allocate(bytes)) : nullptr, 0, 0);
       bytes_ = bytes;
     }
     point(this->data(), rows, cols);
@@ -74,18 +74,13 @@ class Held : public Eigen::Map<Mat<R>> {
   }
 
  private:
-  static bool cached(size_t bytes) { return bytes >= kHugeBlockBytes && !tensor_memory_plain(); }
-  static void* allocate(size_t bytes) {
-    return cached(bytes) ? tensor_allocate(bytes) : ::operator new(bytes, std::align_val_t{64});
-  }
   void point(R* p, int64_t rows, int64_t cols) { new (static_cast<Map*>(this)) Map(p, rows, cols); }
   void forget() {
     point(nullptr, 0, 0);
     bytes_ = 0;
   }
   void release() {
-    if (bytes_ && cached(bytes_)) tensor_deallocate(this->data(), bytes_);
-    else if (bytes_) ::operator delete(this->data(), std::align_val_t{64});
+    if (bytes_) tensor_deallocate(this->data(), bytes_);
     forget();
   }
   size_t bytes_ = 0;
