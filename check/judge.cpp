@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <utility>
 
 namespace dsa {
@@ -68,6 +69,24 @@ std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& 
   return bad;
 }
 
+// Runs f(exact) and f(bf16), on two threads where the oracle allows it (runs_precisions_at_once).
+template <class F>
+void each_precision(Oracle& o, const PreparedCase& c, F&& f) {
+  if (!o.runs_precisions_at_once(c)) {
+    f(Precision::exact);
+    f(Precision::bf16);
+    return;
+  }
+  std::future<void> lowp = std::async(std::launch::async, [&] { f(Precision::bf16); });
+  try {
+    f(Precision::exact);
+  } catch (...) {
+    lowp.wait();
+    throw;
+  }
+  lowp.get();
+}
+
 }  // namespace
 
 bool CaseVerdict::oracles_disagree() const {
@@ -89,8 +108,10 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // The indexer stage of both precisions, then the top-k equivalence, δ = α·e_l(I) + floor.
   auto t0 = Clock::now();
-  Result exact = oracle.run(c, Precision::exact, {true, false, std::nullopt});
-  Result lowp = oracle.run(c, Precision::bf16, {true, false, std::nullopt});
+  Result exact, lowp;
+  each_precision(oracle, c, [&](Precision p) {
+    (p == Precision::exact ? exact : lowp) = oracle.run(c, p, {true, false, std::nullopt});
+  });
   auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
   const double delta = 2 * e_l_scores + kFloorRel * score_scale;
   auto exact_row = [&](int64_t g) {
@@ -113,12 +134,13 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // Every stage after the indexer, once per precision, on that index set.
   t0 = Clock::now();
-  for (auto [side, precision] : {std::pair{&exact, Precision::exact}, std::pair{&lowp, Precision::bf16}}) {
+  each_precision(oracle, c, [&](Precision precision) {
+    Result& side = precision == Precision::exact ? exact : lowp;
     Result rest = oracle.run(c, precision, {false, true, indices});
-    rest.scores = std::move(side->scores);
-    rest.topk = std::move(side->topk);
-    *side = std::move(rest);
-  }
+    rest.scores = std::move(side.scores);
+    rest.topk = std::move(side.topk);
+    side = std::move(rest);
+  });
   v.oracle_s += since(t0);
   if (auto* dual = dynamic_cast<DualOracle*>(&oracle)) v.oracle_agreement = dual->take_agreement();
   const StageCounts after = oracle.counts();

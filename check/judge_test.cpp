@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "check/prepared_testing.hpp"
 #include "reference/core.hpp"
@@ -37,6 +40,50 @@ TEST(Judge, EachOracleStageRunsOncePerPrecision) {
   // Every result tensor of the catalogue but the optional scores... and the scores too (small case).
   EXPECT_EQ(v.checks.size(), result_specs().size());
   for (const TensorCheck& ch : v.checks) EXPECT_GT(ch.compared, 0) << ch.tensor;
+}
+
+// The CPU oracle as one that runs both precisions at once, on the judge's two threads, each run
+// recording the thread it ran on.
+class TwoThreadOracle : public Oracle {
+ public:
+  std::string name() const override { return "test:two-threads"; }
+  bool runs_precisions_at_once(const PreparedCase&) const override { return true; }
+  std::vector<double> score_row(const PreparedCase& c, int64_t g, Precision p) override {
+    return cpu_->score_row(c, g, p);
+  }
+  std::set<std::thread::id> threads;
+
+ protected:
+  Result compute(const PreparedCase& c, Precision p, const StageRequest& req) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.insert(std::this_thread::get_id());
+    }
+    return cpu_->run(c, p, req);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<Oracle> cpu_ = make_cpu_oracle();
+};
+
+TEST(Judge, BothPrecisionsAtOnceJudgeAsOneAfterTheOther) {
+  const PreparedCase c = small_case();
+  Result f = lowp_backend(c);
+  f.dq_nope.data[7] += 0.25;  // one failing tensor, so the figures of a failure are compared too
+  auto serial = make_cpu_oracle();
+  TwoThreadOracle twin;
+  const CaseVerdict a = judge(c, f, *serial), b = judge(c, f, twin);
+  EXPECT_EQ(twin.threads.size(), 2u);
+  EXPECT_EQ(twin.counts().total(), 4);
+  EXPECT_EQ(a.verdict, b.verdict);
+  EXPECT_EQ(a.tensor, b.tensor);
+  ASSERT_EQ(a.checks.size(), b.checks.size());
+  for (size_t i = 0; i < a.checks.size(); ++i) {
+    EXPECT_EQ(a.checks[i].status, b.checks[i].status) << a.checks[i].tensor;
+    EXPECT_EQ(a.checks[i].e_f, b.checks[i].e_f) << a.checks[i].tensor;
+    EXPECT_EQ(a.checks[i].e_l, b.checks[i].e_l) << a.checks[i].tensor;
+  }
 }
 
 // The example of the issue: one bad top-k row must not cascade. Every indexer score ties (q_I = 0),

@@ -7,8 +7,11 @@ namespace dsa {
 
 Result Oracle::run(const PreparedCase& c, Precision precision, const StageRequest& req) {
   const int p = precision == Precision::exact ? 0 : 1;
-  counts_.indexer[p] += req.indexer;
-  counts_.attention[p] += req.attention;
+  {
+    std::lock_guard<std::mutex> lock(counts_mu_);
+    counts_.indexer[p] += req.indexer;
+    counts_.attention[p] += req.attention;
+  }
   return compute(c, precision, req);
 }
 

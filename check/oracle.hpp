@@ -5,6 +5,7 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,12 +38,21 @@ class Oracle {
   Result run(const PreparedCase& c, Precision precision, const StageRequest& req);
   // The scores of one row's visible keys, for cases too large to materialize [Tp, Tp].
   virtual std::vector<double> score_row(const PreparedCase& c, int64_t g, Precision precision) = 0;
-  const StageCounts& counts() const { return counts_; }
+  // Whether judge may run the two precisions of case c at once, on two threads: an oracle whose
+  // runs are mostly device work says yes when both fit on the device (one precision's transfers
+  // and host work then hide behind the other's kernels). The CPU reference uses every core
+  // already: no.
+  virtual bool runs_precisions_at_once(const PreparedCase&) const { return false; }
+  StageCounts counts() const {
+    std::lock_guard<std::mutex> lock(counts_mu_);
+    return counts_;
+  }
 
  protected:
   virtual Result compute(const PreparedCase& c, Precision precision, const StageRequest& req) = 0;
 
  private:
+  mutable std::mutex counts_mu_;
   StageCounts counts_;
 };
 

@@ -360,6 +360,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.v.message = b;
   };
 
+  // The case after the one in flight is generated beside it (harness/prefetch.hpp).
+  CasePrefetch prefetch;
   // Runs case number index and records it; false when the run must stop (a signal, the hard time limit).
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file, int64_t index) {
     CaseRecord r;
@@ -369,7 +371,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.c = c;
     r.case_file = file;
     try {
-      r.v = run_case(c, backend, oracle.get(), o.repeat);
+      r.v = run_case(c, backend, oracle.get(), o.repeat, &prefetch);
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass
@@ -455,7 +457,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
     for (const auto& [file, why] : not_selected) std::printf("corpus case not selected (%s): %s\n", why.c_str(), file.c_str());
   // A rank that failed the start (--comm mpi handshake) runs no case: the report says why.
   bool go = !(stop_signal = interrupt::pending()) && !backend.rank_failure();
-  for (auto& [file, c, index] : files) {
+  auto random_at = [&](int64_t i) { return random_case(o.profile, o.seed, i, draw); };
+  auto random_runs = [&](int64_t i) { return o.random && !(random_cases && i >= *random_cases); };
+  for (size_t k = 0; k < files.size(); ++k) {
+    auto& [file, c, index] = files[k];
     if (!go) break;
     if (hard_limit_s && elapsed() >= *hard_limit_s) past_limit = true;
     if (past_limit) {  // corpus cases always start, unless the hard limit has passed: listed, not run
@@ -469,6 +474,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
       record(r);
       continue;
     }
+    if (k + 1 < files.size())
+      prefetch.start(files[k + 1].c);
+    else if (random_runs(o.shard.index))
+      prefetch.start(random_at(o.shard.index));
     go = run_one(c, file, file, index);
   }
   if (o.random && go && !past_limit) {
@@ -476,8 +485,9 @@ int run_session(const SessionOptions& o, Backend& backend) {
     for (int64_t i = o.shard.index;; i += o.shard.count) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
-      if (!run_one(random_case(o.profile, o.seed, i, draw),
-                   "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
+      const Case c = random_at(i);
+      if (random_runs(i + o.shard.count)) prefetch.start(random_at(i + o.shard.count));
+      if (!run_one(c, "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
                    first_random + i))
         break;
     }

@@ -27,14 +27,15 @@ static void crashed(CaseVerdict& v, const std::string& msg) {
   v.message = msg;
 }
 
-static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, int repeat);
+static CaseVerdict run_case_stages(const Case& c, PreparedCase pc, double generate_s, Backend& b, Oracle* oracle,
+                                   int repeat);
 
 PreparedCase prepare_case(const Case& c) {
   validate(c.problem);
   return prepare(c.problem, generate_inputs(c), injected_indices(c), c.stages);
 }
 
-CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat) {
+CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat, CasePrefetch* prefetch) {
   // Only the stages the backend implements are checked; the others are named in the message.
   Case c = asked;
   std::string skipped;
@@ -55,7 +56,17 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat) 
     }
     c.stages = kept;
   }
-  CaseVerdict v = run_case_stages(c, b, oracle, repeat);
+  double generate_s = 0;
+  PreparedCase pc;
+  if (prefetch) {
+    pc = prefetch->take(asked, &generate_s);
+  } else {
+    const auto g0 = Clock::now();
+    pc = prepare_case(c);
+    generate_s = since(g0);
+  }
+  pc.stages = c.stages;  // generation does not depend on them: a prefetched case has the asked ones
+  CaseVerdict v = run_case_stages(c, std::move(pc), generate_s, b, oracle, repeat);
   if (!skipped.empty()) {
     const std::string note = "stages not implemented by the backend, not checked: " + skipped;
     v.message = v.message.empty() ? note : v.message + "; " + note;
@@ -63,11 +74,8 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat) 
   return v;
 }
 
-static CaseVerdict run_case_stages(const Case& c, Backend& b, Oracle* oracle, int repeat) {
-  const auto g0 = Clock::now();
-  const PreparedCase pc = prepare_case(c);
-  const double generate_s = since(g0);
-
+static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double generate_s, Backend& b,
+                                   Oracle* oracle, int repeat) {
   BackendRun run;
   const auto t0 = Clock::now();
   try {

@@ -8,6 +8,7 @@
 #include "check/judge.hpp"
 #include "harness/backend.hpp"
 #include "harness/case.hpp"
+#include "harness/prefetch.hpp"
 
 namespace dsa {
 
@@ -19,6 +20,9 @@ PreparedCase prepare_case(const Case& c);
 // never thrown. Only the case's stages among b.stages() are checked (the others are named in the
 // message); none of them is cannot-run. repeat > 1 runs the backend that many times and holds the
 // later runs against the first (check/repeats.hpp); backend_s is then the mean of the runs.
-CaseVerdict run_case(const Case& c, Backend& b, Oracle* oracle = nullptr, int repeat = 1);
+// With `prefetch`, the case's inputs come from it (prepared ahead when it was started on c) and
+// generate_s is the time the case waited for them.
+CaseVerdict run_case(const Case& c, Backend& b, Oracle* oracle = nullptr, int repeat = 1,
+                     CasePrefetch* prefetch = nullptr);
 
 }  // namespace dsa

@@ -47,4 +47,7 @@ TensorD gpu_oracle_score_rows(const Problem& p, const StreamLayout& L, const Inp
 // Whether a CUDA device is present.
 bool gpu_oracle_available();
 
+// The current device's free memory in bytes (0 without a device).
+int64_t gpu_oracle_free_bytes();
+
 }  // namespace dsa

@@ -23,9 +23,29 @@ int64_t score_elements_budget() {
   return std::clamp<int64_t>(bytes / 64 / int64_t(sizeof(double)), int64_t{1} << 22, int64_t{1} << 28);
 }
 
+// Scratch each run may plan its chunks in while the other precision runs beside it.
+constexpr int64_t kSharedWorkspaceBytes = int64_t{6} << 30;
+
+// Device bytes one exact run of case c holds besides its scratch, roughly: the inputs, the outputs
+// (the gradients as large as the inputs, plus O and O_lat) and the returned score matrix.
+int64_t exact_run_bytes(const PreparedCase& c) {
+  int64_t n = 0;
+  c.inputs.for_each([&](const std::string&, const TensorD& t) { n += 2 * t.size(); });
+  const Dims& d = c.problem.dims;
+  const int64_t tp = c.layout.tp;
+  n += tp * d.H * (d.C + d.Dv) + std::min(tp * tp, score_elements_budget());
+  return n * int64_t(sizeof(double));
+}
+
 class GpuOracle : public Oracle {
  public:
   std::string name() const override { return "gpu"; }
+
+  // Both precisions at once when both runs and their scratch take at most half the free memory.
+  bool runs_precisions_at_once(const PreparedCase& c) const override {
+    const int64_t both = exact_run_bytes(c) * 3 / 2 + 2 * kSharedWorkspaceBytes;
+    return both <= gpu_oracle_free_bytes() / 2;
+  }
 
   // The score rows of a case too large to return its matrices, which the judge reads row by row (on
   // several threads, in nearly ascending order): computed on the device a block of rows at a time
@@ -59,6 +79,9 @@ class GpuOracle : public Oracle {
     opt.attention = req.attention;
     opt.attention_indices = req.indices;
     opt.max_score_elements = score_elements_budget();
+    // Beside the other precision's run, a fixed share of scratch: the automatic one is a third of
+    // whatever is free when the run starts, which the other run may be about to take.
+    if (runs_precisions_at_once(c)) opt.max_workspace_bytes = kSharedWorkspaceBytes;
     return gpu_oracle_run(c.problem, c.layout, c.inputs, opt);
   }
 
