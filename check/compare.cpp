@@ -51,17 +51,51 @@ Location locate(const std::string& name, const Shape& shape, int64_t flat, const
 
 TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
                            const TensorD& exact, const StreamLayout& L, double floor_at_least) {
+  if (fused.empty() || exact.empty() || fused.shape != exact.shape) {
+    const ValueAt none = [](int64_t) { return std::nan(""); };
+    return compare_from_partials(name, fused.shape, exact.shape, {}, L, floor_at_least, none, none, none, !fused.empty(),
+                                 !exact.empty());
+  }
+  const bool have_lowp = lowp.shape == exact.shape;
+  const int64_t per_row = pad_rows_zero(name, exact.shape, L) ? exact.row_size() : 0;
+
+  // One pass, in fixed chunks of elements on several threads (production tensors hold 10^7–10^9
+  // elements); the chunks' partial results are merged in chunk order, so every figure is the same
+  // whatever the thread count, and the first / worst positions are the serial pass's.
+  const int64_t n = exact.size(), chunks = (n + kCompareChunk - 1) / kCompareChunk;
+  std::vector<ComparePartial> parts(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(dynamic, 4) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    ComparePartial& p = parts[c];
+    for (int64_t i = c * kCompareChunk, end = std::min(n, i + kCompareChunk); i < end; ++i)
+      compare_element(p, i, fused.data[i], exact.data[i], have_lowp ? lowp.data[i] : 0.0, have_lowp,
+                      per_row && !L.is_real(i / per_row));
+  }
+  return compare_from_partials(
+      name, fused.shape, exact.shape, parts, L, floor_at_least, [&](int64_t i) { return fused.data[i]; },
+      [&](int64_t i) { return exact.data[i]; }, [&](int64_t i) { return have_lowp ? lowp.data[i] : std::nan(""); },
+      true, true);
+}
+
+bool pad_rows_zero(const std::string& name, const Shape& shape, const StreamLayout& L) {
+  return L.pad_rows == PadRows::masked && row_indexed(tensor_spec(name), shape, L);
+}
+
+TensorCheck compare_from_partials(const std::string& name, const Shape& fused_shape, const Shape& exact_shape,
+                                  const std::vector<ComparePartial>& parts, const StreamLayout& L,
+                                  double floor_at_least, const ValueAt& fused, const ValueAt& exact,
+                                  const ValueAt& lowp, bool have_fused, bool have_exact) {
   TensorCheck r;
   r.tensor = name;
   const TensorSpec& spec = tensor_spec(name);
   r.stage = spec.stage;
   r.alpha = spec.alpha();
-  if (fused.empty()) {
+  if (!have_fused) {
     r.status = CheckStatus::not_checked;
     r.detail = "not produced by the backend";
     return r;
   }
-  if (exact.empty()) {
+  if (!have_exact) {
     r.status = CheckStatus::not_checked;
     r.detail = "no exact value for this case";
     return r;
@@ -71,109 +105,48 @@ TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const 
     r.failure = cls;
     r.detail = std::move(why);
     if (at >= 0) {
-      r.worst = locate(name, exact.shape, at, L);
-      r.worst_fused = fused.data[at];
-      r.worst_exact = exact.data[at];
-      r.worst_lowp = lowp.shape == exact.shape ? lowp.data[at] : std::nan("");
+      r.worst = locate(name, exact_shape, at, L);
+      r.worst_fused = fused(at);
+      r.worst_exact = exact(at);
+      r.worst_lowp = lowp(at);
     }
   };
-  if (fused.shape != exact.shape) {
-    fail(Failure::mismatch, "shape " + shape_str(fused.shape) + ", expected " + shape_str(exact.shape), -1);
+  if (fused_shape != exact_shape) {
+    fail(Failure::mismatch, "shape " + shape_str(fused_shape) + ", expected " + shape_str(exact_shape), -1);
     return r;
   }
-  const bool have_lowp = lowp.shape == exact.shape;
-  const bool pad_zero = L.pad_rows == PadRows::masked && row_indexed(spec, exact.shape, L);
-  const int64_t per_row = pad_zero ? exact.row_size() : 0;
-
-  // One pass, in fixed chunks of elements on several threads (production tensors hold 10^7–10^9
-  // elements); the chunks' partial results are merged in chunk order, so every figure is the same
-  // whatever the thread count, and the first / worst positions are the serial pass's.
-  struct Partial {
-    int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
-    int64_t compared = 0, finite = 0;
-    double scale = 0, e_f = 0, e_l = 0, max_rel = 0, sq = 0, dot = 0, nf = 0, nx = 0;
-  };
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  const int64_t n = exact.size(), chunks = (n + kChunk - 1) / kChunk;
-  std::vector<Partial> parts(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(dynamic, 4) if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    Partial& p = parts[c];
-    for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) {
-      const double x = exact.data[i], f = fused.data[i];
-      if (is_unwritten(f)) {
-        if (p.first_unwritten < 0) p.first_unwritten = i;
-        continue;
-      }
-      if (pad_zero && !L.is_real(i / per_row) && std::isfinite(x) && f != 0 && p.first_pad < 0) p.first_pad = i;
-      if (std::isnan(x)) continue;  // the exact oracle never yields NaN; nothing to compare against
-      if (std::isinf(x)) {
-        if (f != x && p.first_inf < 0) p.first_inf = i;
-        if (f == x) ++p.compared;
-        continue;
-      }
-      if (std::isnan(f)) {
-        if (p.first_nan < 0) p.first_nan = i;
-        continue;
-      }
-      if (std::isinf(f)) {
-        if (p.first_inf < 0) p.first_inf = i;
-        continue;
-      }
-      ++p.compared;
-      ++p.finite;
-      p.scale = std::max(p.scale, std::abs(x));
-      const double err = std::abs(f - x);
-      if (p.worst < 0 || err > p.e_f) p.e_f = err, p.worst = i;
-      if (have_lowp && std::isfinite(lowp.data[i])) p.e_l = std::max(p.e_l, std::abs(lowp.data[i] - x));
-      if (x != 0) p.max_rel = std::max(p.max_rel, err / std::abs(x));
-      p.sq += err * err;
-      p.dot += f * x;
-      p.nf += f * f;
-      p.nx += x * x;
-    }
-  }
-  int64_t first_unwritten = -1, first_nan = -1, first_inf = -1, first_pad = -1, worst = -1;
-  double scale = 0, sq = 0, dot = 0, nf = 0, nx = 0;
-  int64_t finite = 0;
-  auto first = [](int64_t& at, int64_t candidate) {
-    if (at < 0) at = candidate;
-  };
-  for (const Partial& p : parts) {
-    first(first_unwritten, p.first_unwritten), first(first_nan, p.first_nan), first(first_inf, p.first_inf);
-    first(first_pad, p.first_pad);
-    if (p.worst >= 0 && (worst < 0 || p.e_f > r.e_f)) r.e_f = p.e_f, worst = p.worst;
-    r.compared += p.compared, finite += p.finite;
-    scale = std::max(scale, p.scale), r.e_l = std::max(r.e_l, p.e_l), r.max_rel = std::max(r.max_rel, p.max_rel);
-    sq += p.sq, dot += p.dot, nf += p.nf, nx += p.nx;
-  }
-  r.floor = std::max(kFloorRel * scale, floor_at_least);
-  r.rmse = finite ? std::sqrt(sq / finite) : 0;
-  r.cosine = (nf == 0 && nx == 0) ? 1.0 : (nf == 0 || nx == 0) ? 0.0 : dot / std::sqrt(nf * nx);
+  ComparePartial all;
+  for (const ComparePartial& p : parts) merge(all, p);
+  r.e_f = all.e_f, r.e_l = all.e_l, r.max_rel = all.max_rel, r.compared = all.compared;
+  const int64_t worst = all.worst;
+  r.floor = std::max(kFloorRel * all.scale, floor_at_least);
+  r.rmse = all.finite ? std::sqrt(all.sq / all.finite) : 0;
+  r.cosine = (all.nf == 0 && all.nx == 0) ? 1.0 : (all.nf == 0 || all.nx == 0) ? 0.0 : all.dot / std::sqrt(all.nf * all.nx);
   r.ratio = r.e_l > 0 ? r.e_f / r.e_l : (r.e_f > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   if (worst >= 0) {
-    r.worst = locate(name, exact.shape, worst, L);
-    r.worst_fused = fused.data[worst];
-    r.worst_exact = exact.data[worst];
-    r.worst_lowp = have_lowp ? lowp.data[worst] : std::nan("");
+    r.worst = locate(name, exact_shape, worst, L);
+    r.worst_fused = fused(worst);
+    r.worst_exact = exact(worst);
+    r.worst_lowp = lowp(worst);
   }
 
   auto where = [&](int64_t i) {
-    Location loc = locate(name, exact.shape, i, L);
+    Location loc = locate(name, exact_shape, i, L);
     std::string s = "at " + name + shape_str(loc.index);
     if (loc.g >= 0) s += " (g=" + std::to_string(loc.g) + " rank=" + std::to_string(loc.rank) + ")";
     return s;
   };
-  if (first_unwritten >= 0) {
-    fail(Failure::unwritten, "output element never written (still the 0xFF poison) " + where(first_unwritten), first_unwritten);
-  } else if (first_nan >= 0) {
-    fail(Failure::nan, "NaN where the exact value is finite " + where(first_nan), first_nan);
-  } else if (first_inf >= 0) {
-    fail(Failure::inf_pattern, "infinities differ from the exact pattern " + where(first_inf) + ": " +
-                          std::to_string(fused.data[first_inf]) + " vs exact " + std::to_string(exact.data[first_inf]),
-         first_inf);
-  } else if (first_pad >= 0) {
-    fail(Failure::mismatch, "masked pad row not exactly 0 " + where(first_pad), first_pad);
+  if (all.first_unwritten >= 0) {
+    fail(Failure::unwritten, "output element never written (still the 0xFF poison) " + where(all.first_unwritten),
+         all.first_unwritten);
+  } else if (all.first_nan >= 0) {
+    fail(Failure::nan, "NaN where the exact value is finite " + where(all.first_nan), all.first_nan);
+  } else if (all.first_inf >= 0) {
+    fail(Failure::inf_pattern, "infinities differ from the exact pattern " + where(all.first_inf) + ": " +
+                                   std::to_string(fused(all.first_inf)) + " vs exact " + std::to_string(exact(all.first_inf)),
+         all.first_inf);
+  } else if (all.first_pad >= 0) {
+    fail(Failure::mismatch, "masked pad row not exactly 0 " + where(all.first_pad), all.first_pad);
   } else if (!(r.e_f <= r.alpha * r.e_l + r.floor)) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "e_f %.3g > %g*e_l %.3g + floor %.3g ", r.e_f, r.alpha, r.e_l, r.floor);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "check/compare_partial.hpp"
 #include "core/catalogue.hpp"
 #include "core/layout.hpp"
 #include "core/problem.hpp"
@@ -67,11 +68,27 @@ struct TensorCheck {
 // Locates element `flat` of tensor `name` with shape `shape` (global row order) in the layout.
 Location locate(const std::string& name, const Shape& shape, int64_t flat, const StreamLayout& L);
 
+// Elements per chunk of the comparison's pass: the unit its partial results are merged in.
+inline constexpr int64_t kCompareChunk = int64_t{1} << 16;
+
 // Compares one float tensor. An empty `fused` is "not-checked". Under pad_rows=masked the pad rows
 // of row-indexed tensors must be exactly 0 (lse exactly −inf), else "mismatch". The floor is
 // kFloorRel·max|X_exact|, or `floor_at_least` where that is larger (the loss, see loss_floor).
 TensorCheck compare_tensor(const std::string& name, const TensorD& fused, const TensorD& lowp,
                            const TensorD& exact, const StreamLayout& L, double floor_at_least = 0);
+
+// Whether the tensor's pad rows must be exactly 0 (pad_rows = masked, a row-indexed tensor).
+bool pad_rows_zero(const std::string& name, const Shape& shape, const StreamLayout& L);
+
+// compare_tensor after its pass: the verdict and figures from the pass's partial results (in
+// element order; check/compare_partial.hpp), the values of single elements read through the
+// callbacks (for the worst and the first failing element). An oracle that kept its outputs on a
+// device (Oracle::compare_held) computes the partials there and finishes here.
+using ValueAt = std::function<double(int64_t)>;
+TensorCheck compare_from_partials(const std::string& name, const Shape& fused_shape, const Shape& exact_shape,
+                                  const std::vector<ComparePartial>& parts, const StreamLayout& L,
+                                  double floor_at_least, const ValueAt& fused, const ValueAt& exact,
+                                  const ValueAt& lowp, bool have_fused, bool have_exact);
 
 // The floor of the scalar loss L = coeff/N · Σ_g KL[g]. L's error is a sum of N row errors, so its
 // lowp error e_l is a single draw that can cancel by luck (seen: fused 8.3e-9, lowp 3.7e-9, on an

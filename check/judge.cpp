@@ -54,12 +54,19 @@ std::pair<double, double> score_error(const PreparedCase& c, const Result& exact
 
 // SPEC.md says every exact value is finite except lse of an empty row and a score of a key that is
 // not visible (both −inf). Returns the first tensor that breaks that, with a count.
-std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& exact) {
+std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& exact, Oracle& o) {
   std::optional<std::string> bad;
   auto check = [&](const std::string& name, const TensorD& t, bool neg_inf_allowed) {
     if (bad) return;
+    if (t.empty()) {  // held by the oracle, or not computed
+      if (auto n = o.held_exact_nonfinite(name, neg_inf_allowed); n && *n)
+        bad = name + " has " + std::to_string(*n) + " non-finite exact values";
+      return;
+    }
     int64_t n = 0;
-    for (double x : t.data) n += !std::isfinite(x) && !(neg_inf_allowed && x == -INFINITY);
+    const int64_t size = t.size();
+#pragma omp parallel for schedule(static) reduction(+ : n) if (size > (int64_t{1} << 18))
+    for (int64_t i = 0; i < size; ++i) n += !std::isfinite(t.data[i]) && !(neg_inf_allowed && t.data[i] == -INFINITY);
     if (n) bad = name + " has " + std::to_string(n) + " non-finite exact values";
   };
   if (exact.scores && c.checks(Stage::indexer)) check("scores", *exact.scores, true);
@@ -134,9 +141,16 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // Every stage after the indexer, once per precision, on that index set.
   t0 = Clock::now();
+  // An oracle that can keep its outputs on its device does (they are compared there), until the
+  // verdict is made.
+  struct Release {
+    Oracle& o;
+    ~Release() { o.release_held(); }
+  } release{oracle};
+  const bool hold = oracle.holds_outputs();
   each_precision(oracle, c, [&](Precision precision) {
     Result& side = precision == Precision::exact ? exact : lowp;
-    Result rest = oracle.run(c, precision, {false, true, indices});
+    Result rest = oracle.run(c, precision, {false, true, indices, hold});
     rest.scores = std::move(side.scores);
     rest.topk = std::move(side.topk);
     side = std::move(rest);
@@ -149,14 +163,16 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
     v.oracle_stages.attention[p] = after.attention[p] - before.attention[p];
   }
 
-  if (auto why = nonfinite_exact(c, exact)) {
+  // The comparison's time includes this scan of every exact value.
+  t0 = Clock::now();
+  if (auto why = nonfinite_exact(c, exact, oracle)) {
     v.verdict = Verdict::cannot_run;
     v.message = "the exact oracle is not finite where SPEC.md says it is: " + *why;
+    v.compare_s = since(t0);
     return v;
   }
 
   // Compare every tensor of the checked stages, in catalogue order.
-  t0 = Clock::now();
   const double coeff_over_N = c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
   for (const TensorSpec* spec : result_specs()) {
     if (!c.checks(spec->stage)) continue;
@@ -170,7 +186,11 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
                                         exact.scores ? *exact.scores : none, L));
     } else {
       const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N) : 0;
-      v.checks.push_back(compare_tensor(n, *float_result(f, n), *float_result(lowp, n), *float_result(exact, n), L, floor));
+      const TensorD& x = *float_result(exact, n);
+      std::optional<TensorCheck> held;
+      if (x.empty()) held = oracle.compare_held(n, *float_result(f, n), L, floor);
+      v.checks.push_back(held ? std::move(*held)
+                              : compare_tensor(n, *float_result(f, n), *float_result(lowp, n), x, L, floor));
     }
   }
   v.compare_s = since(t0);

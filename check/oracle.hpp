@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "check/compare.hpp"
 #include "check/prepared.hpp"
 #include "core/result.hpp"
 
@@ -22,6 +23,9 @@ struct StageRequest {
   // The attention's indices ([Tp, K'], global rows); required when indexer is false. When absent
   // the attention uses the call's own top-k.
   std::optional<TensorI> indices;
+  // The oracle may keep large outputs on its device instead of returning them (their Result
+  // tensors are then empty; compare_held compares them there). Only where holds_outputs().
+  bool hold = false;
 };
 
 // How many times each stage ran, per precision: what the tests assert to prove "each stage once".
@@ -43,6 +47,25 @@ class Oracle {
   // and host work then hide behind the other's kernels). The CPU reference uses every core
   // already: no.
   virtual bool runs_precisions_at_once(const PreparedCase&) const { return false; }
+  // Whether this oracle can keep outputs where it computed them (StageRequest::hold). Its held
+  // tensors are the last held run's of each precision, until release_held.
+  virtual bool holds_outputs() const { return false; }
+  // compare_tensor of the backend's `fused` against the held exact and bf16 tensor `name`: the same
+  // pass (check/compare_partial.hpp) and verdict. Empty when `name` is not held.
+  virtual std::optional<TensorCheck> compare_held(const std::string& /*name*/, const TensorD& /*fused*/,
+                                                  const StreamLayout& /*L*/, double /*floor_at_least*/) {
+    return std::nullopt;
+  }
+  // How many held exact values of `name` are not finite (−inf allowed where neg_inf_allowed);
+  // empty when `name` is not held.
+  virtual std::optional<int64_t> held_exact_nonfinite(const std::string& /*name*/, bool /*neg_inf_allowed*/) {
+    return std::nullopt;
+  }
+  // A held tensor brought to the host (diagnostics, tests); empty when `name` is not held.
+  virtual std::optional<TensorD> fetch_held(const std::string& /*name*/, Precision /*precision*/) {
+    return std::nullopt;
+  }
+  virtual void release_held() {}
   StageCounts counts() const {
     std::lock_guard<std::mutex> lock(counts_mu_);
     return counts_;

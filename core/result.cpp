@@ -49,10 +49,6 @@ void Result::for_each_float(const std::function<void(const std::string&, const T
   for (const FloatMember& m : float_members()) f(m.name, this->*m.member);
 }
 
-namespace {
-constexpr uint64_t kUnwrittenBits = 0x7FF8DEADBEEF0001ull;  // a quiet NaN with a marked payload
-}
-
 double unwritten_value() { return std::bit_cast<double>(kUnwrittenBits); }
 bool is_unwritten(double x) { return std::bit_cast<uint64_t>(x) == kUnwrittenBits; }
 

@@ -29,6 +29,7 @@ struct Result {
 // Backends fill their output buffers with all-one bytes (0xFF: a NaN in bf16, fp32 and fp64)
 // before a run. An element that still holds that poison afterwards is stored as unwritten_value(),
 // a NaN whose payload no arithmetic produces, so the comparison can say "unwritten", not just "nan".
+inline constexpr uint64_t kUnwrittenBits = 0x7FF8DEADBEEF0001ull;  // a quiet NaN with a marked payload
 double unwritten_value();
 bool is_unwritten(double x);
 // Whether raw output bits are the poison pattern.

@@ -26,6 +26,10 @@ std::string shape_str(const Shape& s);
 template <class T>
 using TensorData = std::vector<T, TensorAllocator<T>>;
 
+// Tensor(shape, Uninitialized{}): values left unset, for a tensor every element of which is
+// written next (generated inputs, a converted download).
+struct Uninitialized {};
+
 template <class T>
 struct Tensor {
   Shape shape;
@@ -33,6 +37,7 @@ struct Tensor {
 
   Tensor() = default;
   explicit Tensor(Shape s, T fill = T{}) : shape(std::move(s)), data(numel(shape), fill) {}
+  Tensor(Shape s, Uninitialized) : shape(std::move(s)) { data.resize(numel(shape)); }
 
   int64_t size() const { return static_cast<int64_t>(data.size()); }
   bool empty() const { return data.empty() && shape.empty(); }

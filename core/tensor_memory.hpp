@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 namespace dsa {
 
@@ -36,6 +38,18 @@ struct TensorAllocator {
     return static_cast<T*>(tensor_allocate(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) noexcept { tensor_deallocate(p, n * sizeof(T)); }
+  // resize(n) and the size constructor default-initialize: numbers are left as the block holds
+  // them, not zeroed. A production case's outputs are gigabytes that a conversion loop on every
+  // core writes next; zeroing them first, on one thread, took longer than that loop. Code that
+  // wants zeros says so (Tensor(shape), resize(n, 0)).
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
   template <class U>
   bool operator==(const TensorAllocator<U>&) const noexcept { return true; }
 };

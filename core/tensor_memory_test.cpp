@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -84,6 +86,26 @@ long huge_kb_around(const void* p) {
     if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14));
   }
   return 0;
+}
+
+// resize and the size constructor leave a TensorData's numbers unset (tensor_memory.hpp), so a
+// kept block comes back with the last case's values in it: Tensor(shape) and resize(n, 0) must
+// still be zeros there, and an Uninitialized tensor must have its shape's size.
+TEST(TensorMemory, AReusedBlockIsZeroWhereZerosWereAskedFor) {
+  const int64_t n = kLarge + 1000;
+  for (int round = 0; round < 3; ++round) {
+    { TensorD dirty({n}, 7.0); }
+    const TensorD zero({n});
+    ASSERT_EQ(zero.size(), n);
+    EXPECT_TRUE(std::all_of(zero.data.begin(), zero.data.end(), [](double x) { return x == 0.0; })) << round;
+    { TensorD dirty({n}, 7.0); }
+    TensorData<double> v;
+    v.resize(static_cast<size_t>(n), 0.0);
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](double x) { return x == 0.0; })) << round;
+  }
+  const TensorD unset({3, n / 3}, Uninitialized{});
+  EXPECT_EQ(unset.size(), 3 * (n / 3));
+  EXPECT_EQ(unset.shape, (Shape{3, n / 3}));
 }
 
 TEST(TensorMemory, ALargeTensorIsBackedByHugePages) {

@@ -362,7 +362,7 @@ double from_f32_bf16(float v) {
 
 template <class V, class F>
 TensorD converted(Shape shape, const TensorData<V>& v, F conv) {
-  TensorD t(std::move(shape));
+  TensorD t(std::move(shape), Uninitialized{});
 #pragma omp parallel for schedule(static) if (t.size() > kParallelElements)
   for (int64_t i = 0; i < t.size(); ++i) t.data[i] = conv(v[i]);
   return t;

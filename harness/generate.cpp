@@ -144,9 +144,10 @@ StreamLayout problem_layout(const Problem& p) { return make_layout(p.seqlens, p.
 Inputs generate_rows(const Case& c, const StreamLayout& L, const Rows& g) {
   const Problem& p = c.problem;
   const bool all = static_cast<int64_t>(g.size()) == L.tp;  // g = 0 … Tp−1: the plain counters
-  Inputs in = zero_inputs(p.dims, static_cast<int64_t>(g.size()));
+  Inputs in;
   const bool uniform = c.init.distribution == "uniform";
-  in.for_each([&](const std::string& n, TensorD& t) {
+  in.for_each([&](const std::string& n, TensorD& t) {  // every element filled: no zeros first
+    t = TensorD(input_shape(n, p.dims, static_cast<int64_t>(g.size())), Uninitialized{});
     fill(t, Stream(c.seed, n), base_stddev(n, c), uniform, per_row(n) && !all ? &g : nullptr);
   });
   if (c.init.hot_keys) apply_hot_keys(in, L, g);

@@ -74,6 +74,12 @@ class DeviceArray {
   }
   T* get() { return p_; }
   const T* get() const { return p_; }
+  // Gives up ownership: the caller pool_free()s the pointer.
+  T* release() {
+    T* p = p_;
+    p_ = nullptr, n_ = 0;
+    return p;
+  }
   size_t size() const { return n_; }
 
  private:

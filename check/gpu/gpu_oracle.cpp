@@ -67,13 +67,15 @@ DeviceArray<R> upload(const TensorD& t) {
   return d;
 }
 
-// The attention's host outputs, allocated ahead of the download.
+// The attention's host outputs, allocated ahead of the download (which writes every element).
 struct Outputs {
+  static constexpr Uninitialized kUnset{};
   TensorD O, O_lat, lse, kl, dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe, dq_I, dk_I, dw;
   Outputs(const Dims& d, int64_t T)
-      : O({T, d.H, d.Dv}), O_lat({T, d.H, d.C}), lse({T, d.H}), kl({T}), dq_nope({T, d.H, d.Dn}),
-        dq_pe({T, d.H, d.R}), dW_UK({d.H, d.Dn, d.C}), dW_UV({d.H, d.Dv, d.C}), dc({T, d.C}), dk_pe({T, d.R}),
-        dq_I({T, d.HI, d.DI}), dk_I({T, d.DI}), dw({T, d.HI}) {}
+      : O({T, d.H, d.Dv}, kUnset), O_lat({T, d.H, d.C}, kUnset), lse({T, d.H}, kUnset), kl({T}, kUnset),
+        dq_nope({T, d.H, d.Dn}, kUnset), dq_pe({T, d.H, d.R}, kUnset), dW_UK({d.H, d.Dn, d.C}, kUnset),
+        dW_UV({d.H, d.Dv, d.C}, kUnset), dc({T, d.C}, kUnset), dk_pe({T, d.R}, kUnset),
+        dq_I({T, d.HI, d.DI}, kUnset), dk_I({T, d.DI}, kUnset), dw({T, d.HI}, kUnset) {}
 };
 
 template <class R>
@@ -177,19 +179,29 @@ class Oracle {
 
     t0 = Clock::now();
     Outputs o = outputs.get();
-    res.O = download(O_, std::move(o.O));
-    res.O_lat = download(O_lat_, std::move(o.O_lat));
-    res.lse = download(lse_, std::move(o.lse));
-    res.kl = download(kl_, std::move(o.kl));
-    res.dq_nope = download(dq_nope_, std::move(o.dq_nope));
-    res.dq_pe = download(dq_pe_, std::move(o.dq_pe));
-    res.dW_UK = download(dW_UK_, std::move(o.dW_UK));
-    res.dW_UV = download(dW_UV_, std::move(o.dW_UV));
-    res.dc = download(dc_, std::move(o.dc));
-    res.dk_pe = download(dk_pe_, std::move(o.dk_pe));
-    res.dq_I = download(dq_I_, std::move(o.dq_I));
-    res.dk_I = download(dk_I_, std::move(o.dk_I));
-    res.dw = download(dw_, std::move(o.dw));
+    // Downloaded, or held on the device under its name (GpuOracleOptions::held).
+    auto out = [&](const char* name, DeviceArray<R>& dev, TensorD host) {
+      if (!opt_.held || host.size() < opt_.held_min_elements) return download(dev, std::move(host));
+      HeldTensor& h = (*opt_.held)[name];
+      h.shape = host.shape;
+      h.size = host.size();
+      h.fp32 = kLowp;
+      h.memory = std::shared_ptr<void>(dev.release(), [](void* p) { pool_free(p); });
+      return TensorD();
+    };
+    res.O = out("O", O_, std::move(o.O));
+    res.O_lat = out("O_lat", O_lat_, std::move(o.O_lat));
+    res.lse = out("lse", lse_, std::move(o.lse));
+    res.kl = download(kl_, std::move(o.kl));  // the loss is its sum, below
+    res.dq_nope = out("dq_nope", dq_nope_, std::move(o.dq_nope));
+    res.dq_pe = out("dq_pe", dq_pe_, std::move(o.dq_pe));
+    res.dW_UK = out("dW_UK", dW_UK_, std::move(o.dW_UK));
+    res.dW_UV = out("dW_UV", dW_UV_, std::move(o.dW_UV));
+    res.dc = out("dc", dc_, std::move(o.dc));
+    res.dk_pe = out("dk_pe", dk_pe_, std::move(o.dk_pe));
+    res.dq_I = out("dq_I", dq_I_, std::move(o.dq_I));
+    res.dk_I = out("dk_I", dk_I_, std::move(o.dk_I));
+    res.dw = out("dw", dw_, std::move(o.dw));
     // L = coeff·Σ_g KL[g] / N, summed in fp64 as the reference does, then held at R.
     double sum = 0;
     for (double x : res.kl.data) sum += x;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "check/gpu/held.hpp"
 #include "core/inputs.hpp"
 #include "core/layout.hpp"
 #include "core/problem.hpp"
@@ -19,6 +20,10 @@ struct GpuOracleTimings {
   double upload = 0, indexer = 0, select = 0, forward = 0, loss = 0, backward = 0, download = 0, total = 0;
 };
 
+// Outputs this large and up are held on the device when GpuOracleOptions::held asks for it; the
+// small ones (lse of small cases, KL, the loss) come back to the host as always.
+inline constexpr int64_t kHeldElements = int64_t{1} << 20;
+
 struct GpuOracleOptions {
   Precision precision = Precision::exact;
   // [Tp, K'] global rows used by the attention and the loss instead of the indexer's top-k.
@@ -31,6 +36,10 @@ struct GpuOracleOptions {
   // free memory). Small values force many row chunks (the tests use that).
   int64_t max_workspace_bytes = 0;
   GpuOracleTimings* timings = nullptr;   // filled when set
+  // When set, the attention run's outputs of at least held_min_elements elements stay on the device
+  // and go here by name (their Result tensors are left empty): for a comparison there.
+  gpu::HeldOutputs* held = nullptr;
+  int64_t held_min_elements = kHeldElements;  // the tests hold every tensor
 };
 
 // Same semantics and output shapes as run_core(p, in, {precision, attention_indices, streaming_kl,

@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <iterator>
 #include <mutex>
 
+#include "check/gpu/cuda_util.hpp"
 #include "check/gpu/gpu_oracle.hpp"
+#include "check/gpu/host_transfer.hpp"
 #include "core/errors.hpp"
 
 namespace dsa {
@@ -39,6 +42,7 @@ int64_t exact_run_bytes(const PreparedCase& c) {
 
 class GpuOracle : public Oracle {
  public:
+  explicit GpuOracle(int64_t hold_min_elements) : hold_min_elements_(hold_min_elements) {}
   std::string name() const override { return "gpu"; }
 
   // Both precisions at once when both runs and their scratch take at most half the free memory.
@@ -82,7 +86,68 @@ class GpuOracle : public Oracle {
     // Beside the other precision's run, a fixed share of scratch: the automatic one is a third of
     // whatever is free when the run starts, which the other run may be about to take.
     if (runs_precisions_at_once(c)) opt.max_workspace_bytes = kSharedWorkspaceBytes;
-    return gpu_oracle_run(c.problem, c.layout, c.inputs, opt);
+    gpu::HeldOutputs held;
+    if (req.hold && req.attention) opt.held = &held, opt.held_min_elements = hold_min_elements_;
+    Result r = gpu_oracle_run(c.problem, c.layout, c.inputs, opt);
+    if (opt.held) {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_[precision == Precision::exact ? 0 : 1] = std::move(held);
+    }
+    return r;
+  }
+
+ public:
+  bool holds_outputs() const override { return true; }
+
+  std::optional<TensorCheck> compare_held(const std::string& name, const TensorD& fused, const StreamLayout& L,
+                                          double floor_at_least) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto x = held_[0].find(name);
+    if (x == held_[0].end()) return std::nullopt;
+    const gpu::HeldTensor& exact = x->second;
+    const auto l = held_[1].find(name);
+    const gpu::HeldTensor* lowp = l != held_[1].end() && l->second.shape == exact.shape ? &l->second : nullptr;
+    const ValueAt fused_at = [&](int64_t i) { return fused.data[i]; };
+    const ValueAt exact_at = [&](int64_t i) { return gpu::value_at(exact, i); };
+    const ValueAt lowp_at = [&](int64_t i) { return lowp ? gpu::value_at(*lowp, i) : std::nan(""); };
+    if (fused.empty() || fused.shape != exact.shape)
+      return compare_from_partials(name, fused.shape, exact.shape, {}, L, floor_at_least, fused_at, exact_at, lowp_at,
+                                   !fused.empty(), true);
+    // The backend's values go up once (fp64, as the host holds them), with the masked pad rows.
+    gpu::DeviceArray<double> up(fused.data.size());
+    gpu::to_device<double>(fused.data.data(), up.get(), fused.data.size());
+    gpu::DeviceArray<uint8_t> pad;
+    int64_t per_row = 0;
+    if (pad_rows_zero(name, exact.shape, L)) {
+      per_row = exact.size / std::max<int64_t>(exact.shape[0], 1);
+      std::vector<uint8_t> rows(static_cast<size_t>(L.tp));
+      for (int64_t g = 0; g < L.tp; ++g) rows[g] = !L.is_real(g);
+      pad.upload(rows);
+    }
+    const std::vector<ComparePartial> parts =
+        gpu::compare_partials(up.get(), exact, lowp, per_row ? pad.get() : nullptr, per_row);
+    return compare_from_partials(name, fused.shape, exact.shape, parts, L, floor_at_least, fused_at, exact_at, lowp_at,
+                                 true, true);
+  }
+
+  std::optional<int64_t> held_exact_nonfinite(const std::string& name, bool neg_inf_allowed) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto x = held_[0].find(name);
+    if (x == held_[0].end()) return std::nullopt;
+    return gpu::count_nonfinite(x->second, neg_inf_allowed);
+  }
+
+  std::optional<TensorD> fetch_held(const std::string& name, Precision precision) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const gpu::HeldOutputs& h = held_[precision == Precision::exact ? 0 : 1];
+    const auto it = h.find(name);
+    if (it == h.end()) return std::nullopt;
+    return gpu::to_host(it->second);
+  }
+
+  void release_held() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[0].clear(), held_[1].clear();
   }
 
  private:
@@ -94,13 +159,15 @@ class GpuOracle : public Oracle {
   };
   std::mutex mu_;
   std::deque<Block> blocks_[2];  // exact, bf16
+  gpu::HeldOutputs held_[2];     // exact, bf16: the last held run's
+  const int64_t hold_min_elements_;
 };
 
 }  // namespace
 
-std::unique_ptr<Oracle> make_gpu_oracle() {
+std::unique_ptr<Oracle> make_gpu_oracle(int64_t hold_min_elements) {
   if (!gpu_oracle_available()) throw Unavailable("--oracle gpu: no CUDA device");
-  return std::make_unique<GpuOracle>();
+  return std::make_unique<GpuOracle>(hold_min_elements);
 }
 
 }  // namespace dsa
