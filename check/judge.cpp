@@ -8,6 +8,8 @@
 #include <future>
 #include <utility>
 
+#include "check/score_magnitude.hpp"
+
 namespace dsa {
 
 namespace {
@@ -119,8 +121,11 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   each_precision(oracle, c, [&](Precision p) {
     (p == Precision::exact ? exact : lowp) = oracle.run(c, p, {true, false, std::nullopt});
   });
+  // The scores' floor is relative to what their sums pass through (check/score_magnitude.hpp), at
+  // least to the largest |I|.
   auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
-  const double delta = 2 * e_l_scores + kFloorRel * score_scale;
+  const double score_floor = kFloorRel * std::max(score_scale, indexer_score_magnitude(c.inputs, L));
+  const double delta = 2 * e_l_scores + score_floor;
   auto exact_row = [&](int64_t g) {
     ScoreRow r{L.key_begin(g), {}};
     if (exact.scores) r.scores.assign(exact.scores->row(g) + L.key_begin(g), exact.scores->row(g) + L.key_end(g));
@@ -183,7 +188,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
       if (!f.scores) continue;  // optional: only small cases materialize it
       const TensorD none;
       v.checks.push_back(compare_tensor(n, *f.scores, lowp.scores ? *lowp.scores : none,
-                                        exact.scores ? *exact.scores : none, L));
+                                        exact.scores ? *exact.scores : none, L, score_floor));
     } else {
       const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N) : 0;
       const TensorD& x = *float_result(exact, n);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "check/prepared_testing.hpp"
+#include "core/bf16.hpp"
 #include "reference/core.hpp"
 
 namespace dsa {
@@ -84,6 +85,25 @@ TEST(Judge, BothPrecisionsAtOnceJudgeAsOneAfterTheOther) {
     EXPECT_EQ(a.checks[i].e_f, b.checks[i].e_f) << a.checks[i].tensor;
     EXPECT_EQ(a.checks[i].e_l, b.checks[i].e_l) << a.checks[i].tensor;
   }
+}
+
+// The scores' floor is relative to what their sums pass through (check/score_magnitude.hpp), not
+// to max|I|: still far below a precision bug. Scores rounded to bf16 (instead of fp32) must fail.
+TEST(Judge, ScoresRoundedToBf16FailDespiteTheirFloor) {
+  const PreparedCase c = small_case(4, {9, 23});
+  Result f = lowp_backend(c);
+  ASSERT_TRUE(f.scores.has_value());
+  for (double& x : f.scores->data)
+    if (std::isfinite(x)) x = round_bf16(x);
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, f, *oracle);
+  bool scores_failed = false;
+  for (const TensorCheck& ch : v.checks)
+    if (ch.tensor == "scores") {
+      scores_failed = ch.failed();
+      EXPECT_GT(ch.floor, 0);
+    }
+  EXPECT_TRUE(scores_failed) << v.message;
 }
 
 // The example of the issue: one bad top-k row must not cascade. Every indexer score ties (q_I = 0),

@@ -1,0 +1,66 @@
+#include "check/score_magnitude.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace dsa {
+
+namespace {
+
+double norm2(const double* v, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += v[i] * v[i];
+  return std::sqrt(s);
+}
+
+// Range maxima of v in O(1) per query after O(n log n) (a sparse table).
+class RangeMax {
+ public:
+  explicit RangeMax(std::vector<double> v) {
+    levels_.push_back(std::move(v));
+    const size_t n = levels_[0].size();
+    for (size_t w = 1; 2 * w <= n; w *= 2) {
+      const std::vector<double>& prev = levels_.back();
+      std::vector<double> next(n - 2 * w + 1);
+      for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + w]);
+      levels_.push_back(std::move(next));
+    }
+  }
+  // max of v[b, e), b < e
+  double operator()(int64_t b, int64_t e) const {
+    const size_t len = static_cast<size_t>(e - b);
+    size_t k = 0;
+    while ((size_t{2} << k) <= len) ++k;
+    return std::max(levels_[k][b], levels_[k][e - (int64_t{1} << k)]);
+  }
+
+ private:
+  std::vector<std::vector<double>> levels_;
+};
+
+}  // namespace
+
+double indexer_score_magnitude(const Inputs& in, const StreamLayout& L) {
+  const int64_t tp = L.tp;
+  if (tp == 0 || in.q_I.shape.size() != 3) return 0;
+  const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
+  std::vector<double> key(static_cast<size_t>(tp));
+  for (int64_t t = 0; t < tp; ++t) {
+    const double n = norm2(in.k_I.row(t), DI);
+    key[t] = std::isfinite(n) ? n : 0.0;
+  }
+  const RangeMax key_max(std::move(key));
+  double m = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) if (tp * HI * DI > (int64_t{1} << 18))
+  for (int64_t g = 0; g < tp; ++g) {
+    const int64_t b = L.key_begin(g), e = L.key_end(g);
+    if (b >= e) continue;
+    double query = 0;
+    for (int64_t h = 0; h < HI; ++h) query += std::fabs(in.w.row(g)[h]) * norm2(in.q_I.row(g) + h * DI, DI);
+    if (std::isfinite(query)) m = std::max(m, query * key_max(b, e));
+  }
+  return m;
+}
+
+}  // namespace dsa

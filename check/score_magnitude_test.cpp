@@ -1,0 +1,89 @@
+// indexer_score_magnitude (check/score_magnitude.hpp): equal to the brute-force maximum over the
+// visible pairs, above every exact score's sum of absolute terms, and blind to keys no row sees.
+#include "check/score_magnitude.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "check/prepared_testing.hpp"
+#include "reference/indexer_row.hpp"
+
+namespace dsa {
+namespace {
+
+double brute_force(const Inputs& in, const StreamLayout& L) {
+  const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
+  double m = 0;
+  for (int64_t g = 0; g < L.tp; ++g)
+    for (int64_t t = L.key_begin(g); t < L.key_end(g); ++t) {
+      double k = 0, s = 0;
+      for (int64_t d = 0; d < DI; ++d) k += in.k_I.row(t)[d] * in.k_I.row(t)[d];
+      for (int64_t h = 0; h < HI; ++h) {
+        double q = 0;
+        for (int64_t d = 0; d < DI; ++d) q += in.q_I.row(g)[h * DI + d] * in.q_I.row(g)[h * DI + d];
+        s += std::fabs(in.w.row(g)[h]) * std::sqrt(q) * std::sqrt(k);
+      }
+      m = std::max(m, s);
+    }
+  return m;
+}
+
+TEST(ScoreMagnitude, IsTheLargestBoundOverVisiblePairs) {
+  const PreparedCase c = test::small_case({5, 11, 1, 9}, 4, 3);
+  const double m = indexer_score_magnitude(c.inputs, c.layout);
+  EXPECT_NEAR(m, brute_force(c.inputs, c.layout), 1e-12 * m);
+  EXPECT_GT(m, 0);
+  // Above the sum of absolute terms, hence above |I|, of every visible pair.
+  const int64_t HI = c.inputs.q_I.shape[1], DI = c.inputs.q_I.shape[2];
+  for (int64_t g = 0; g < c.layout.tp; ++g) {
+    const std::vector<double> I = indexer_score_row(c.problem, c.inputs, c.layout, g, Precision::exact);
+    for (int64_t t = c.layout.key_begin(g); t < c.layout.key_end(g); ++t) {
+      double terms = 0;
+      for (int64_t h = 0; h < HI; ++h) {
+        double dot = 0;
+        for (int64_t d = 0; d < DI; ++d) dot += std::fabs(c.inputs.q_I.row(g)[h * DI + d] * c.inputs.k_I.row(t)[d]);
+        terms += std::fabs(c.inputs.w.row(g)[h]) * dot;
+      }
+      EXPECT_LE(terms, m * (1 + 1e-12)) << g << " " << t;
+      EXPECT_LE(std::fabs(I[t - c.layout.key_begin(g)]), terms * (1 + 1e-12)) << g << " " << t;
+    }
+  }
+}
+
+// Masked pad rows (cp 2) see no key and are seen by none: huge or NaN-poisoned values there leave
+// M as it was.
+TEST(ScoreMagnitude, RowsAndKeysNoPairReachesDoNotCount) {
+  Problem p;
+  p.seqlens = {7, 6};
+  p.cp.size = 2;
+  p.pad_rows = PadRows::masked;
+  p.topk = 4;
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  int64_t pads = 0;
+  for (int64_t g = 0; g < L.tp; ++g) pads += !L.is_real(g);
+  ASSERT_GT(pads, 0) << "the layout must have pad rows";
+  Inputs in = zero_inputs(p.dims, L.tp);
+  std::mt19937 gen(5);
+  std::normal_distribution<double> nd(0.0, 0.5);
+  in.for_each([&](const std::string&, TensorD& t) {
+    for (double& x : t.data) x = nd(gen);
+  });
+  const double clean = indexer_score_magnitude(in, L);
+  EXPECT_NEAR(clean, brute_force(in, L), 1e-12 * clean);
+  for (double poison : {1e6, std::nan("")}) {
+    Inputs dirty = in;
+    for (int64_t g = 0; g < L.tp; ++g)
+      if (!L.is_real(g)) {
+        std::fill(dirty.k_I.row(g), dirty.k_I.row(g) + dirty.k_I.row_size(), poison);
+        std::fill(dirty.q_I.row(g), dirty.q_I.row(g) + dirty.q_I.row_size(), poison);
+        std::fill(dirty.w.row(g), dirty.w.row(g) + dirty.w.row_size(), poison);
+      }
+    EXPECT_EQ(indexer_score_magnitude(dirty, L), clean) << poison;
+  }
+}
+
+}  // namespace
+}  // namespace dsa
