@@ -8,7 +8,7 @@
 #include <future>
 #include <utility>
 
-#include "check/score_magnitude.hpp"
+#include "check/magnitude.hpp"
 
 namespace dsa {
 
@@ -121,8 +121,8 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   each_precision(oracle, c, [&](Precision p) {
     (p == Precision::exact ? exact : lowp) = oracle.run(c, p, {true, false, std::nullopt});
   });
-  // The scores' floor is relative to what their sums pass through (check/score_magnitude.hpp), at
-  // least to the largest |I|.
+  // The scores' floor is relative to what their sums pass through (check/magnitude.hpp), at
+  // least to the largest |I|; so is the KL rows' below.
   auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
   const double score_floor = kFloorRel * std::max(score_scale, indexer_score_magnitude(c.inputs, L));
   const double delta = 2 * e_l_scores + score_floor;
@@ -190,7 +190,9 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
       v.checks.push_back(compare_tensor(n, *f.scores, lowp.scores ? *lowp.scores : none,
                                         exact.scores ? *exact.scores : none, L, score_floor));
     } else {
-      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N) : 0;
+      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N)
+                           : n == "kl"  ? kFloorRel * kl_magnitude(exact.kl, L)
+                                        : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;
       if (x.empty()) held = oracle.compare_held(n, *float_result(f, n), L, floor);

@@ -87,7 +87,7 @@ TEST(Judge, BothPrecisionsAtOnceJudgeAsOneAfterTheOther) {
   }
 }
 
-// The scores' floor is relative to what their sums pass through (check/score_magnitude.hpp), not
+// The scores' floor is relative to what their sums pass through (check/magnitude.hpp), not
 // to max|I|: still far below a precision bug. Scores rounded to bf16 (instead of fp32) must fail.
 TEST(Judge, ScoresRoundedToBf16FailDespiteTheirFloor) {
   const PreparedCase c = small_case(4, {9, 23});
@@ -104,6 +104,20 @@ TEST(Judge, ScoresRoundedToBf16FailDespiteTheirFloor) {
       EXPECT_GT(ch.floor, 0);
     }
   EXPECT_TRUE(scores_failed) << v.message;
+}
+
+// Likewise the KL rows' floor (2·ln n + KL): KL rows rounded to bf16 must still fail.
+TEST(Judge, KlRoundedToBf16FailsDespiteItsFloor) {
+  const PreparedCase c = small_case(4, {9, 23});
+  Result f = lowp_backend(c);
+  for (double& x : f.kl.data)
+    if (std::isfinite(x)) x = round_bf16(x);
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, f, *oracle);
+  bool kl_failed = false;
+  for (const TensorCheck& ch : v.checks)
+    if (ch.tensor == "kl") kl_failed = ch.failed();
+  EXPECT_TRUE(kl_failed) << v.message;
 }
 
 // The example of the issue: one bad top-k row must not cascade. Every indexer score ties (q_I = 0),

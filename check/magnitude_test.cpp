@@ -1,6 +1,7 @@
-// indexer_score_magnitude (check/score_magnitude.hpp): equal to the brute-force maximum over the
-// visible pairs, above every exact score's sum of absolute terms, and blind to keys no row sees.
-#include "check/score_magnitude.hpp"
+// The floors' magnitudes (check/magnitude.hpp). indexer_score_magnitude: equal to the brute-force
+// maximum over the visible pairs, above every exact score's sum of absolute terms, and blind to
+// keys no row sees. kl_magnitude: above Σ_t T·(|log T| + |log Q|) of every exact KL row.
+#include "check/magnitude.hpp"
 
 #include <gtest/gtest.h>
 
@@ -83,6 +84,34 @@ TEST(ScoreMagnitude, RowsAndKeysNoPairReachesDoNotCount) {
       }
     EXPECT_EQ(indexer_score_magnitude(dirty, L), clean) << poison;
   }
+}
+
+// The exact oracle's T and Q rows are not a Result; the bound is checked on distributions built
+// here: T and Q over the n keys row g sees, KL and the absolute terms summed in fp64.
+TEST(KlMagnitude, BoundsTheAbsoluteTermsOfEveryRow) {
+  const PreparedCase c = test::small_case({1, 6, 13}, 4, 6);
+  const StreamLayout& L = c.layout;
+  std::mt19937 gen(9);
+  std::normal_distribution<double> nd(0.0, 3.0);
+  TensorD kl({L.tp});
+  std::vector<double> terms(L.tp, 0.0);
+  for (int64_t g = 0; g < L.tp; ++g) {
+    const int64_t n = L.key_end(g) - L.key_begin(g);
+    std::vector<double> T(n), Q(n);
+    double st = 0, sq = 0;
+    for (int64_t i = 0; i < n; ++i) st += T[i] = std::exp(nd(gen)), sq += Q[i] = std::exp(nd(gen));
+    for (int64_t i = 0; i < n; ++i) {
+      T[i] /= st, Q[i] /= sq;
+      kl.data[g] += T[i] * (std::log(T[i]) - std::log(Q[i]));
+      terms[g] += T[i] * (std::fabs(std::log(T[i])) + std::fabs(std::log(Q[i])));
+    }
+  }
+  const double m = kl_magnitude(kl, L);
+  for (int64_t g = 0; g < L.tp; ++g) EXPECT_LE(terms[g], m * (1 + 1e-12)) << g;
+  // A row of one key (KL 0, terms 0) adds nothing; a non-finite row is left out.
+  kl.data[0] = std::nan("");
+  EXPECT_EQ(kl_magnitude(kl, L), m);
+  EXPECT_EQ(kl_magnitude(TensorD({L.tp}), L) > 0, true) << "2·ln n of the rows with keys";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "check/score_magnitude.hpp"
+#include "check/magnitude.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -59,6 +59,17 @@ double indexer_score_magnitude(const Inputs& in, const StreamLayout& L) {
     double query = 0;
     for (int64_t h = 0; h < HI; ++h) query += std::fabs(in.w.row(g)[h]) * norm2(in.q_I.row(g) + h * DI, DI);
     if (std::isfinite(query)) m = std::max(m, query * key_max(b, e));
+  }
+  return m;
+}
+
+double kl_magnitude(const TensorD& kl_exact, const StreamLayout& L) {
+  double m = 0;
+  const int64_t rows = std::min<int64_t>(kl_exact.size(), L.tp);
+  for (int64_t g = 0; g < rows; ++g) {
+    const double kl = kl_exact.data[g];
+    const int64_t n = L.key_end(g) - L.key_begin(g);
+    if (std::isfinite(kl) && n > 0) m = std::max(m, std::fabs(kl) + 2 * std::log(double(n)));
   }
   return m;
 }
