@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "check/magnitude.hpp"
+#include "check/side_thread.hpp"
+#include "core/worker_thread.hpp"
 
 namespace dsa {
 
@@ -78,6 +80,15 @@ std::optional<std::string> nonfinite_exact(const PreparedCase& c, const Result& 
   return bad;
 }
 
+}  // namespace
+
+std::future<void> run_on_side_thread(std::function<void()> f) {
+  static WorkerThread side;
+  return side.run(std::move(f));
+}
+
+namespace {
+
 // Runs f(exact) and f(bf16), on two threads where the oracle allows it (runs_precisions_at_once).
 template <class F>
 void each_precision(Oracle& o, const PreparedCase& c, F&& f) {
@@ -86,7 +97,7 @@ void each_precision(Oracle& o, const PreparedCase& c, F&& f) {
     f(Precision::bf16);
     return;
   }
-  std::future<void> lowp = std::async(std::launch::async, [&] { f(Precision::bf16); });
+  std::future<void> lowp = run_on_side_thread([&] { f(Precision::bf16); });
   try {
     f(Precision::exact);
   } catch (...) {

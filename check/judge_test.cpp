@@ -8,9 +8,11 @@
 #include <cmath>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "check/prepared_testing.hpp"
+#include "check/side_thread.hpp"
 #include "core/bf16.hpp"
 #include "reference/core.hpp"
 
@@ -67,6 +69,18 @@ class TwoThreadOracle : public Oracle {
   std::mutex mu_;
   std::unique_ptr<Oracle> cpu_ = make_cpu_oracle();
 };
+
+// The bf16 side runs on one long-lived thread, case after case (a GPU oracle's cuBLAS handle is
+// per thread), and its exceptions reach the judge.
+TEST(Judge, TheSideThreadIsOneThreadForEveryCase) {
+  std::set<std::thread::id> ids;
+  for (int i = 0; i < 5; ++i) run_on_side_thread([&] { ids.insert(std::this_thread::get_id()); }).get();
+  EXPECT_EQ(ids.size(), 1u);
+  EXPECT_EQ(ids.count(std::this_thread::get_id()), 0u);
+  EXPECT_THROW(run_on_side_thread([] { throw std::runtime_error("side"); }).get(), std::runtime_error);
+  run_on_side_thread([&] { ids.insert(std::this_thread::get_id()); }).get();
+  EXPECT_EQ(ids.size(), 1u) << "the thread outlives a task that threw";
+}
 
 TEST(Judge, BothPrecisionsAtOnceJudgeAsOneAfterTheOther) {
   const PreparedCase c = small_case();

@@ -38,11 +38,6 @@ double host_bytes() {
 
 }  // namespace
 
-// A dropped preparation is waited for: its thread must not outlive the prefetch.
-CasePrefetch::~CasePrefetch() {
-  for (Pending& p : pending_) p.prepared.wait();
-}
-
 void CasePrefetch::start(const Case& c) {
   // A case's host side holds its inputs several times over (the backend's, the oracles' results):
   // a case in flight beside it is kept to 1/16 of the memory.
@@ -51,7 +46,7 @@ void CasePrefetch::start(const Case& c) {
     pending_.front().prepared.wait();
     pending_.pop_front();
   }
-  pending_.push_back({to_json(c).dump(), std::async(std::launch::async, [c] { return prepare_case(c); })});
+  pending_.push_back({to_json(c).dump(), worker_.run([c] { return prepare_case(c); })});
 }
 
 PreparedCase CasePrefetch::take(const Case& c, double* waited_s) {

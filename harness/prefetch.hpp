@@ -8,6 +8,7 @@
 #include <string>
 
 #include "check/prepared.hpp"
+#include "core/worker_thread.hpp"
 #include "harness/case.hpp"
 
 namespace dsa {
@@ -17,7 +18,6 @@ class CasePrefetch {
   CasePrefetch() = default;
   CasePrefetch(const CasePrefetch&) = delete;
   CasePrefetch& operator=(const CasePrefetch&) = delete;
-  ~CasePrefetch();
 
   // Starts preparing c (prepare_case) beside what is already in flight, unless its inputs would
   // take more than a small share of the host's memory. At most two preparations are kept (the
@@ -35,6 +35,7 @@ class CasePrefetch {
     std::future<PreparedCase> prepared;
   };
   std::deque<Pending> pending_;
+  WorkerThread worker_;  // last: gone first, dropping what it has not started
 };
 
 }  // namespace dsa
