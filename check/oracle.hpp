@@ -47,6 +47,9 @@ class Oracle {
   // and host work then hide behind the other's kernels). The CPU reference uses every core
   // already: no.
   virtual bool runs_precisions_at_once(const PreparedCase&) const { return false; }
+  // The memory of the device the oracle computes on; 0 when it computes on the host. Its runs then
+  // leave the host mostly idle, for the next case's backend run (harness/prefetch.hpp).
+  virtual double device_memory_bytes() const { return 0; }
   // Whether this oracle can keep outputs where it computed them (StageRequest::hold). Its held
   // tensors are the last held run's of each precision, until release_held.
   virtual bool holds_outputs() const { return false; }

@@ -23,6 +23,7 @@
 #include "fused/cuda_check.hpp"
 #include "fused/device.hpp"
 #include "fused/projections.hpp"
+#include "fused/rank_context.hpp"
 #include "fused/rows.hpp"
 #include "core/errors.hpp"
 #include "core/layout.hpp"
@@ -53,14 +54,16 @@ CommKind resolve_comm(CommKind k, int64_t cp) {
 
 namespace {
 
+// A device buffer of the rank, from the device's stream-ordered pool (fused/rank_context.hpp): a
+// case's buffers are freed onto the stream and the next case's come from the same cached memory.
 template <class T>
 class DBuf {
  public:
-  explicit DBuf(size_t n = 0) : n_(n) {
-    if (n) DSA_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+  DBuf(size_t n, cudaStream_t s) : n_(n), s_(s) {
+    if (n) DSA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), n * sizeof(T), s));
   }
   ~DBuf() {
-    if (p_) cudaFree(p_);
+    if (p_) cudaFreeAsync(p_, s_);
   }
   DBuf(const DBuf&) = delete;
   DBuf& operator=(const DBuf&) = delete;
@@ -85,6 +88,7 @@ class DBuf {
  private:
   T* p_ = nullptr;
   size_t n_;
+  cudaStream_t s_;
 };
 
 // Host conversions of this size and up run on every core (at production shapes a case converts
@@ -160,18 +164,9 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   const Dims& d = p.dims;
   const int r = comm.rank();
   DSA_CUDA_CHECK(cudaSetDevice(comm.device()));
-  cudaStream_t st;
-  DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } sg{st};
-  cublasHandle_t blas;
-  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
-  struct BlasGuard {
-    cublasHandle_t b;
-    ~BlasGuard() { cublasDestroy(b); }
-  } bg{blas};
+  const RankContextLease ctx(comm.device());
+  const cudaStream_t st = ctx->stream();
+  const cublasHandle_t blas = ctx->blas();
 
   const auto& rows = L.rank_rows[r];
   const int64_t Tq = static_cast<int64_t>(rows.size()), Tp = L.tp;
@@ -180,8 +175,8 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
 
   // ---- inputs of this rank ----
   auto up = [&](DBuf<uint16_t>& b, const std::vector<uint16_t>& h) { b.upload(h, st); };
-  DBuf<uint16_t> q_nope(Tq * H * Dn), q_pe(Tq * H * R), q_I(Tq * HI * DI), w(Tq * HI), dO(Tq * H * Dv);
-  DBuf<uint16_t> W_UK(H * Dn * C), W_UV(H * Dv * C);
+  DBuf<uint16_t> q_nope(Tq * H * Dn, st), q_pe(Tq * H * R, st), q_I(Tq * HI * DI, st), w(Tq * HI, st), dO(Tq * H * Dv, st);
+  DBuf<uint16_t> W_UK(H * Dn * C, st), W_UV(H * Dv * C, st);
   const Inputs& in = ri.in;
   up(q_nope, rows_bf16(in.q_nope, ri.rows));
   up(q_pe, rows_bf16(in.q_pe, ri.rows));
@@ -194,7 +189,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   std::vector<int64_t> local_pos(Tp, -1), krows;
   for (int64_t i = 0; i < Tq; ++i) local_pos[rows[i]] = i;
   for (int64_t g : key_upload_rows(L, r)) krows.push_back(ri.rows[local_pos[g]]);
-  DBuf<uint16_t> c_own(Tq * C), kpe_own(Tq * R), kI_own(Tq * DI);
+  DBuf<uint16_t> c_own(Tq * C, st), kpe_own(Tq * R, st), kI_own(Tq * DI, st);
   up(c_own, rows_bf16(in.c, krows));
   up(kpe_own, rows_bf16(in.k_pe, krows));
   up(kI_own, rows_bf16(in.k_I, krows));
@@ -208,8 +203,8 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     h_ke[i] = (int32_t)L.key_end(g);
     h_counted[i] = L.active(g) ? 1 : 0;
   }
-  DBuf<int32_t> row_g(Tq), kbeg(Tq), kend(Tq);
-  DBuf<uint8_t> counted(Tq);
+  DBuf<int32_t> row_g(Tq, st), kbeg(Tq, st), kend(Tq, st);
+  DBuf<uint8_t> counted(Tq, st);
   row_g.upload(h_row, st);
   kbeg.upload(h_kb, st);
   kend.upload(h_ke, st);
@@ -223,20 +218,20 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     h_inv[order[i]] = (int32_t)i;
     h_order[i] = (int32_t)order[i];
   }
-  DBuf<int32_t> inv(Tp), ord(Tp);
+  DBuf<int32_t> inv(Tp, st), ord(Tp, st);
   inv.upload(h_inv, st);
   ord.upload(h_order, st);
 
   // ---- all-gather the keys, restore global order; NaN guard rows around every key buffer ----
   auto gather_keys = [&](const DBuf<uint16_t>& own, int64_t width, DBuf<uint16_t>& glob) {
-    DBuf<uint16_t> gathered(Tp * width);
+    DBuf<uint16_t> gathered(Tp * width, st);
     comm.allgather(own.get(), gathered.get(), Tq * width * 2, st);
     glob.poison(st);
     gather_rows(glob.get() + kGuardRows * width, gathered.get(), inv.get(), Tp, width * 2, st);
     DSA_CUDA_CHECK(cudaStreamSynchronize(st));
   };
-  DBuf<uint16_t> c_g((Tp + 2 * kGuardRows) * C), kpe_g((Tp + 2 * kGuardRows) * R),
-      kI_g((Tp + 2 * kGuardRows) * DI);
+  DBuf<uint16_t> c_g((Tp + 2 * kGuardRows) * C, st), kpe_g((Tp + 2 * kGuardRows) * R, st),
+      kI_g((Tp + 2 * kGuardRows) * DI, st);
   gather_keys(c_own, C, c_g);
   gather_keys(kpe_own, R, kpe_g);
   gather_keys(kI_own, DI, kI_g);
@@ -246,12 +241,12 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   auto B = [](const DBuf<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); };
 
   // ---- outputs, poisoned ----
-  DBuf<int32_t> topk(Tq * Kp);
-  DBuf<float> scores(S.scores ? Tq * Tp : 0);
-  DBuf<uint16_t> Qt(Tq * H * D), O_lat(Tq * H * C), O(Tq * H * Dv), dO_lat(Tq * H * C), dQt(Tq * H * D),
-      dq_nope(Tq * H * Dn), dq_pe(Tq * H * R);
-  DBuf<float> lse(Tq * H), delta(Tq * H), kl(Tq), dq_I(Tq * HI * DI), dk_I(Tp * DI), dw(Tq * HI), dK(Tp * D),
-      dW_UK(H * Dn * C), dW_UV(H * Dv * C), loss(1);
+  DBuf<int32_t> topk(Tq * Kp, st);
+  DBuf<float> scores(S.scores ? Tq * Tp : 0, st);
+  DBuf<uint16_t> Qt(Tq * H * D, st), O_lat(Tq * H * C, st), O(Tq * H * Dv, st), dO_lat(Tq * H * C, st), dQt(Tq * H * D, st),
+      dq_nope(Tq * H * Dn, st), dq_pe(Tq * H * R, st);
+  DBuf<float> lse(Tq * H, st), delta(Tq * H, st), kl(Tq, st), dq_I(Tq * HI * DI, st), dk_I(Tp * DI, st), dw(Tq * HI, st), dK(Tp * D, st),
+      dW_UK(H * Dn * C, st), dW_UV(H * Dv * C, st), loss(1, st);
   topk.poison(st, 0x7F);  // 0x7F7F7F7F: an out-of-range index, never a legal −1
   for (auto* b : {&scores, &lse, &kl, &dq_I, &dk_I, &dw, &dW_UK, &dW_UV, &loss}) b->poison(st);
   for (auto* b : {&O_lat, &O, &dQt, &dq_nope, &dq_pe}) b->poison(st);
@@ -262,7 +257,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   indexer_topk(ia, st);
 
   // ---- the attention's indices and S(g) ----
-  DBuf<int32_t> injected(S.opt.attention_indices ? Tq * Ka : 0);
+  DBuf<int32_t> injected(S.opt.attention_indices ? Tq * Ka : 0, st);
   const int32_t* att_idx = topk.get();
   if (S.opt.attention_indices) {
     const TensorI& ai = *S.opt.attention_indices;
@@ -271,7 +266,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     injected.upload(h, st);
     att_idx = injected.get();
   }
-  DBuf<int32_t> sel(Tq * Ka), count(Tq);
+  DBuf<int32_t> sel(Tq * Ka, st), count(Tq, st);
   select_keys(SelectArgs{att_idx, ranges, (int)Tq, (int)Tp, (int)Ka, sel.get(), count.get()}, st);
 
   // ---- forward ----
@@ -307,11 +302,11 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
 
   // ---- CP: key gradients reduce-scattered to their owners (gathered order), weights all-reduced ----
   auto scatter_keys = [&](const DBuf<float>& full, int64_t width) {
-    DBuf<float> mine(Tq * width);
+    DBuf<float> mine(Tq * width, st);
 #if DSA_MUTANT_no_key_grad_reduce_scatter
     gather_rows(mine.get(), full.get(), row_g.get(), Tq, width * 4, st);  // keeps only its own partial
 #else
-    DBuf<float> perm(Tp * width);
+    DBuf<float> perm(Tp * width, st);
     gather_rows(perm.get(), full.get(), ord.get(), Tp, width * 4, st);
     comm.reduce_scatter(perm.get(), mine.get(), Tq * width, st);
 #endif

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "core/errors.hpp"
 #include "core/layout.hpp"
 #include "fused/device.hpp"
+#include "fused/rank_context.hpp"
 #include "fused/run.hpp"
 
 namespace dsa::fused {
@@ -89,6 +91,35 @@ TEST(RunFused, WithinToleranceOfCpuReference) {
     const Result f = run_fused(p, in, fo);
     EXPECT_TRUE(judged_pass(p, in, f)) << "cp=" << cp;
   }
+}
+
+// A nightly runs thousands of cases: the ranks' streams and cuBLAS handles are made once per
+// (device, rank in flight) and their buffers come back from the pool. A second run creates no
+// context, and memory another case left behind changes no bit of a deterministic tensor.
+TEST(RunFused, ASecondRunReusesTheRankContextsBitForBit) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device: run_fused runs only on a GPU";
+  const Problem p = small_problem(4);
+  const Inputs in = random_inputs(p, 23);
+  FusedOptions opt;
+  opt.comm = CommKind::local;
+  const Result first = run_fused(p, in, opt);
+  // A larger case in between leaves other values in the pooled memory.
+  Problem big = small_problem(4);
+  big.seqlens = {97, 64, 31};
+  run_fused(big, random_inputs(big, 3), opt);
+  const int64_t created = rank_contexts_created();
+  const Result again = run_fused(p, in, opt);
+  EXPECT_EQ(rank_contexts_created(), created) << "the four ranks' contexts were made again";
+  EXPECT_EQ(again.topk.data, first.topk.data);
+  for (const char* n : {"O", "O_lat", "lse", "kl", "dq_nope", "dq_pe", "dq_I", "dw", "dW_UK", "dW_UV"}) {
+    const TensorD *a = nullptr, *b = nullptr;
+    first.for_each_float([&](const std::string& name, const TensorD& t) { if (name == n) a = &t; });
+    again.for_each_float([&](const std::string& name, const TensorD& t) { if (name == n) b = &t; });
+    ASSERT_TRUE(a && b) << n;
+    ASSERT_EQ(a->size(), b->size()) << n;
+    EXPECT_EQ(std::memcmp(a->data.data(), b->data.data(), a->size() * sizeof(double)), 0) << n << " differs run to run";
+  }
+  EXPECT_TRUE(judged_pass(p, in, again));
 }
 
 TEST(RunFused, ExplicitPathIsUnavailable) {

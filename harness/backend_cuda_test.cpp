@@ -3,10 +3,13 @@
 // adversarial inputs (run_fused itself: fused/run_test.cpp). Without a device the GPU tests skip and the backend must refuse (exit 3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "harness/backend.hpp"
 #include "harness/generate.hpp"
+#include "harness/oracle_choice.hpp"
+#include "harness/prefetch.hpp"
 #include "harness/run_case.hpp"
 #include "core/errors.hpp"
 
@@ -98,6 +101,32 @@ TEST_F(CudaCases, ImplementsTheAbsorbedPathOnly) {
     ASSERT_EQ(c.problem.path, Path::absorbed);
     const CaseVerdict v = run_case(c, *backend);
     EXPECT_EQ(v.verdict, Verdict::pass) << describe(c) << "\n" << failures(v);
+  }
+}
+
+// fuzz --oracle gpu runs each next case's backend while the case before it is judged
+// (harness/prefetch.hpp): the fused backend and the GPU oracle then share the device. The verdicts
+// and every deterministic tensor's error are those of the runs made in turn.
+TEST_F(CudaCases, RunsAheadBesideTheGpuOracleAsInTurn) {
+  const std::unique_ptr<Oracle> oracle = make_oracle("gpu");
+  ASSERT_GT(oracle->device_memory_bytes(), 0);
+  std::vector<Case> cases;
+  for (int i = 0; i < 8; ++i) cases.push_back(random_case("nightly", 77, i, backend->paths()));
+  std::vector<CaseVerdict> in_turn, ahead;
+  for (const Case& c : cases) in_turn.push_back(run_case(c, *backend, oracle.get()));
+  CasePrefetch prefetch;
+  prefetch.run_backends_ahead(*backend, oracle->device_memory_bytes() / 32);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (i + 1 < cases.size()) prefetch.start(cases[i + 1]);
+    ahead.push_back(run_case(cases[i], *backend, oracle.get(), 1, &prefetch));
+  }
+  const std::vector<std::string> det = cuda_deterministic_tensors();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(ahead[i].verdict, in_turn[i].verdict) << describe(cases[i]) << "\n" << failures(ahead[i]);
+    ASSERT_EQ(ahead[i].checks.size(), in_turn[i].checks.size());
+    for (size_t k = 0; k < ahead[i].checks.size(); ++k)
+      if (std::find(det.begin(), det.end(), ahead[i].checks[k].tensor) != det.end())
+        EXPECT_EQ(ahead[i].checks[k].e_f, in_turn[i].checks[k].e_f) << "case " << i << " " << ahead[i].checks[k].tensor;
   }
 }
 

@@ -360,8 +360,20 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.v.message = b;
   };
 
-  // The case after the one in flight is generated beside it (harness/prefetch.hpp).
+  // The case after the one in flight is generated beside it (harness/prefetch.hpp); with an
+  // oracle on a device, the backend runs it too while the case in flight is judged, when that case
+  // is small beside the device (1/32 of its memory in inputs: the two precisions of the oracle and
+  // the backend then all fit at once). Not under --repeat, whose runs follow the judge, nor
+  // --comm mpi, whose ranks' runs are collectives of their own.
   CasePrefetch prefetch;
+  if (const double device = oracle->device_memory_bytes(); device > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
+    prefetch.run_backends_ahead(backend, device / 32);
+    ctx.backend_ahead = true;
+    if (!quiet)
+      std::printf("backend runs ahead: each next case's backend run goes beside this case's oracle (cases of at most "
+                  "%.3g GB of inputs)\n",
+                  device / 32 / 1e9);
+  }
   // Runs case number index and records it; false when the run must stop (a signal, the hard time limit).
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file, int64_t index) {
     CaseRecord r;
@@ -405,6 +417,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
       if (o.shrink && !backend.rank_failure() &&
           shrunk_keys.insert(r.v.stage_name() + "/" + r.v.tensor + "/" + name(r.v.failure)).second) {
         auto path_of = [&](const std::string& bucket) { return shrunk_path(o.regressions_dir, out_dir, bname, bucket); };
+        prefetch.wait_for_backend();  // shrinking runs the backend here: never two runs at once
         try {
           r.shrunk = shrink_and_save(c, r.v, backend, defaults.shrink_budget_s, path_of, in_report(origin));
           r.shrunk->file_here = absolute(r.shrunk->file);

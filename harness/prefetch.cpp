@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 
 #include "core/inputs.hpp"
 #include "core/layout.hpp"
@@ -13,6 +12,9 @@
 namespace dsa {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Bytes of the case's inputs (doubles), 0 when the case does not even validate (its preparation
 // will say why, in take()).
@@ -38,32 +40,96 @@ double host_bytes() {
 
 }  // namespace
 
+BackendRun BackendAhead::get() const {
+  if (error) std::rethrow_exception(error);
+  return run;
+}
+
+// One started case: written by the worker (its preparation, then maybe its run ahead), read by
+// take() once the futures say so.
+struct CasePrefetch::Slot {
+  Case c;
+  PreparedCase pc;
+  std::exception_ptr prepare_error;
+  std::optional<BackendAhead> ahead;
+};
+
 void CasePrefetch::start(const Case& c) {
   // A case's host side holds its inputs several times over (the backend's, the oracles' results):
   // a case in flight beside it is kept to 1/16 of the memory.
   if (input_bytes(c) > host_bytes() / 16) return;
   if (pending_.size() == 2) {
+    if (pending_.front().ran) pending_.front().ran->wait();
     pending_.front().prepared.wait();
     pending_.pop_front();
   }
-  pending_.push_back({to_json(c).dump(), worker_.run([c] { return prepare_case(c); })});
+  auto slot = std::make_shared<Slot>();
+  slot->c = c;
+  std::shared_future<void> prepared = worker_.run([slot] {
+    try {
+      slot->pc = prepare_case(slot->c);
+    } catch (...) {
+      slot->prepare_error = std::current_exception();
+    }
+  });
+  pending_.push_back({to_json(c).dump(), std::move(slot), std::move(prepared), std::nullopt});
 }
 
-PreparedCase CasePrefetch::take(const Case& c, double* waited_s) {
-  const auto t0 = std::chrono::steady_clock::now();
+PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<BackendAhead>* ahead) {
+  const auto t0 = Clock::now();
   const std::string key = pending_.empty() ? std::string() : to_json(c).dump();
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.key == key; });
-  std::optional<PreparedCase> out;
+  if (ahead) ahead->reset();
   if (it == pending_.end()) {  // not started: prepared here, what is in flight kept for later
-    out = prepare_case(c);
-  } else {
-    for (auto old = pending_.begin(); old != it; ++old) old->prepared.wait();
-    std::future<PreparedCase> mine = std::move(it->prepared);
-    pending_.erase(pending_.begin(), it + 1);
-    out = mine.get();
+    PreparedCase pc = prepare_case(c);
+    if (waited_s) *waited_s = since(t0);
+    return pc;
   }
-  if (waited_s) *waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return std::move(*out);
+  for (auto old = pending_.begin(); old != it; ++old) {
+    if (old->ran) old->ran->wait();
+    old->prepared.wait();
+  }
+  Pending mine = std::move(*it);
+  pending_.erase(pending_.begin(), it + 1);
+  mine.prepared.get();  // the task itself never throws: its errors are in the slot
+  if (waited_s) *waited_s = since(t0);
+  if (mine.ran) mine.ran->get();  // the run ahead reads the inputs: done before they are handed out
+  if (mine.slot->prepare_error) std::rethrow_exception(mine.slot->prepare_error);
+  if (ahead) *ahead = std::move(mine.slot->ahead);
+  return std::move(mine.slot->pc);
+}
+
+void CasePrefetch::run_backends_ahead(Backend& b, double max_input_bytes) {
+  ahead_backend_ = &b;
+  ahead_max_bytes_ = max_input_bytes;
+}
+
+void CasePrefetch::backend_free() {
+  if (!ahead_backend_ || pending_.empty()) return;
+  Pending& next = pending_.front();
+  if (next.ran || input_bytes(next.slot->c) > ahead_max_bytes_) return;
+  // The case as run_case gives it to the backend: only the stages the backend implements.
+  std::optional<Case> runs = backend_case(next.slot->c, *ahead_backend_);
+  if (!runs) return;
+  Backend* b = ahead_backend_;
+  next.ran = worker_.run([slot = next.slot, b, c = std::move(*runs)] {
+    if (slot->prepare_error) return;  // take() rethrows it; nothing to run
+    slot->pc.stages = c.stages;
+    BackendAhead a;
+    const auto t0 = Clock::now();
+    try {
+      a.run = b->run(c, slot->pc);
+    } catch (...) {
+      a.error = std::current_exception();
+    }
+    a.seconds = a.run.seconds > 0 ? a.run.seconds : since(t0);
+    slot->ahead = std::move(a);
+  }).share();
+}
+
+void CasePrefetch::wait_for_backend() {
+  for (auto& p : pending_)
+    if (p.ran) p.ran->wait();
 }
 
 }  // namespace dsa

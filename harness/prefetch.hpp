@@ -1,17 +1,33 @@
-// The next case's inputs, prepared on another thread while the current case runs (fuzz, the
-// case benchmark). At production shapes generating a case takes about a second of host time,
-// which the backend's and the GPU oracle's device work can hide.
+// The next case, made ready on another thread while the current case runs (fuzz, the case
+// benchmark): its inputs are prepared ahead; and, once the current case's backend run is done, the
+// backend may run the next case too (run_backends_ahead), beside the current case's oracle and
+// comparison. At production shapes generating a case takes about a second of host time and the
+// fused backend's run another (conversions and transfers around ~70 ms of kernels): both hide
+// behind a GPU oracle's device work.
 #pragma once
 
 #include <deque>
+#include <exception>
 #include <future>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "check/prepared.hpp"
 #include "core/worker_thread.hpp"
+#include "harness/backend.hpp"
 #include "harness/case.hpp"
 
 namespace dsa {
+
+// A backend run made ahead of its case's turn: what run() returned or threw, and its wall time.
+struct BackendAhead {
+  BackendRun run;
+  std::exception_ptr error;  // rethrown where the case would have called run() itself
+  double seconds = 0;
+  // The BackendRun, or the run's exception rethrown.
+  BackendRun get() const;
+};
 
 class CasePrefetch {
  public:
@@ -26,15 +42,33 @@ class CasePrefetch {
 
   // The prepared case c: the one started for it (those started before it are dropped), else
   // prepared now. The preparation's exceptions (InvalidInput) are rethrown here, as prepare_case
-  // throws them. waited_s receives the seconds spent waiting or preparing: the case's generate time.
-  PreparedCase take(const Case& c, double* waited_s = nullptr);
+  // throws them. waited_s receives the seconds spent waiting for or making the inputs: the case's
+  // generate time. When the backend ran c ahead (run_backends_ahead), *ahead receives that run,
+  // waited for; it is dropped when `ahead` is null.
+  PreparedCase take(const Case& c, double* waited_s = nullptr, std::optional<BackendAhead>* ahead = nullptr);
+
+  // From now on, backend_free() lets b run the next started case ahead, when that case's inputs
+  // take at most max_input_bytes (the backend's and the oracle's device memory both hold a case at
+  // once). b must outlive this prefetch, and nothing else may call b.run while a run ahead is in
+  // flight: the caller calls wait_for_backend() before it runs b itself outside run_case (shrink).
+  void run_backends_ahead(Backend& b, double max_input_bytes);
+  // Called when the current case's backend runs are done: the first started case that is not yet
+  // taken is run by the backend ahead (after its preparation), if run_backends_ahead allows it.
+  void backend_free();
+  // Waits until no run ahead is in flight (its result is kept for take).
+  void wait_for_backend();
 
  private:
+  struct Slot;
   struct Pending {
     std::string key;  // the JSON of the case
-    std::future<PreparedCase> prepared;
+    std::shared_ptr<Slot> slot;
+    std::shared_future<void> prepared;
+    std::optional<std::shared_future<void>> ran;  // the run ahead, once queued
   };
   std::deque<Pending> pending_;
+  Backend* ahead_backend_ = nullptr;
+  double ahead_max_bytes_ = 0;
   WorkerThread worker_;  // last: gone first, dropping what it has not started
 };
 

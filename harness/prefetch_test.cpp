@@ -1,11 +1,16 @@
 // CasePrefetch (harness/prefetch.hpp): a case prepared ahead is the case prepare_case makes, bit
 // for bit; a case that was not started is prepared on the spot without dropping what is in flight;
-// a bad case's error reaches the caller of take.
+// a bad case's error reaches the caller of take. A backend run ahead gives the verdict the run in
+// turn gives, its failures included, and the backend never runs two cases at once.
 #include "harness/prefetch.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
 
 #include "core/errors.hpp"
 #include "harness/generate.hpp"
@@ -78,6 +83,140 @@ TEST(CasePrefetch, AnInvalidCaseThrowsFromTake) {
   const Case a = seeded(10);
   f.start(a);
   expect_same_inputs(f.take(a), prepare_case(a));
+}
+
+// The CPU reference as a backend, counting its runs, the threads they ran on and whether two ever
+// overlapped; case number `throws_at` (by run order) throws `E`.
+class WatchedBackend final : public Backend {
+ public:
+  explicit WatchedBackend(int throws_at = -1, bool unavailable = false)
+      : inner_(make_reference_backend("reference", Precision::exact)), throws_at_(throws_at), unavailable_(unavailable) {}
+  std::string name() const override { return "watched"; }
+  BackendRun run(const Case& c, const PreparedCase& pc) override {
+    if (in_flight_.fetch_add(1) != 0) overlapped_ = true;
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { --n; }
+    } done{in_flight_};
+    int k;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      k = runs_++;
+      if (std::this_thread::get_id() != main_) ++off_main_;
+    }
+    if (k == throws_at_) {
+      if (unavailable_) throw Unavailable("watched: this one cannot run");
+      throw std::runtime_error("watched: planted failure");
+    }
+    return inner_->run(c, pc);
+  }
+  int runs() const { return runs_; }
+  int off_main() const { return off_main_; }
+  bool overlapped() const { return overlapped_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int throws_at_;
+  bool unavailable_;
+  std::thread::id main_ = std::this_thread::get_id();
+  std::mutex mu_;
+  int runs_ = 0, off_main_ = 0;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> overlapped_{false};
+};
+
+// The fuzz loop's order: start the next case, then run this one.
+std::vector<CaseVerdict> run_all(Backend& b, const std::vector<Case>& cases, CasePrefetch* f) {
+  std::vector<CaseVerdict> out;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (f && i + 1 < cases.size()) f->start(cases[i + 1]);
+    out.push_back(run_case(cases[i], b, nullptr, 1, f));
+  }
+  return out;
+}
+
+std::vector<Case> some_cases(int n, int64_t from) {
+  std::vector<Case> cs;
+  for (int i = 0; i < n; ++i) cs.push_back(seeded(from + i));
+  return cs;
+}
+
+TEST(CasePrefetch, ABackendRunAheadGivesTheVerdictsOfRunsInTurn) {
+  const std::vector<Case> cases = some_cases(5, 20);
+  WatchedBackend plain, ahead;
+  const std::vector<CaseVerdict> want = run_all(plain, cases, nullptr);
+  CasePrefetch f;
+  f.run_backends_ahead(ahead, 1e18);
+  const std::vector<CaseVerdict> got = run_all(ahead, cases, &f);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].verdict, want[i].verdict) << "case " << i << ": " << got[i].message;
+    ASSERT_EQ(got[i].checks.size(), want[i].checks.size());
+    for (size_t k = 0; k < got[i].checks.size(); ++k)
+      EXPECT_EQ(got[i].checks[k].e_f, want[i].checks[k].e_f) << "case " << i << " " << got[i].checks[k].tensor;
+  }
+  EXPECT_EQ(ahead.runs(), 5) << "one run per case";
+  EXPECT_EQ(ahead.off_main(), 4) << "every case after the first runs ahead, on the prefetch thread";
+  EXPECT_FALSE(ahead.overlapped()) << "two backend runs at once";
+}
+
+TEST(CasePrefetch, ARunAheadThatThrowsIsItsCasesCrashOrCannotRun) {
+  const std::vector<Case> cases = some_cases(3, 30);
+  for (bool unavailable : {false, true}) {
+    WatchedBackend b(/*throws_at=*/1, unavailable);
+    CasePrefetch f;
+    f.run_backends_ahead(b, 1e18);
+    const std::vector<CaseVerdict> v = run_all(b, cases, &f);
+    EXPECT_EQ(b.off_main(), 2);
+    EXPECT_EQ(v[0].verdict, Verdict::pass) << v[0].message;
+    if (unavailable) {
+      EXPECT_EQ(v[1].verdict, Verdict::cannot_run);
+    } else {
+      EXPECT_EQ(v[1].verdict, Verdict::fail);
+      EXPECT_EQ(v[1].failure, Failure::crash);
+      EXPECT_NE(v[1].message.find("planted failure"), std::string::npos) << v[1].message;
+      EXPECT_FALSE(v[1].bucket.empty());
+    }
+    EXPECT_EQ(v[2].verdict, Verdict::pass) << "the case after a failed run ahead: " << v[2].message;
+  }
+}
+
+TEST(CasePrefetch, NoRunAheadForACaseAboveTheLimitOrUnderRepeat) {
+  const std::vector<Case> cases = some_cases(3, 40);
+  WatchedBackend small;
+  CasePrefetch f;
+  f.run_backends_ahead(small, 1);  // every case's inputs take more than a byte
+  run_all(small, cases, &f);
+  EXPECT_EQ(small.off_main(), 0);
+  EXPECT_EQ(small.runs(), 3);
+  WatchedBackend repeated;
+  CasePrefetch g;
+  g.run_backends_ahead(repeated, 1e18);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (i + 1 < cases.size()) g.start(cases[i + 1]);
+    run_case(cases[i], repeated, nullptr, /*repeat=*/2, &g);
+  }
+  EXPECT_EQ(repeated.off_main(), 0) << "--repeat runs the case's later runs after its judge";
+  EXPECT_EQ(repeated.runs(), 6);
+  EXPECT_FALSE(repeated.overlapped());
+}
+
+TEST(CasePrefetch, WaitForBackendLeavesNoRunInFlight) {
+  const std::vector<Case> cases = some_cases(2, 50);
+  WatchedBackend b;
+  CasePrefetch f;
+  f.run_backends_ahead(b, 1e18);
+  f.start(cases[1]);
+  run_case(cases[0], b, nullptr, 1, &f);  // starts case 1's run ahead
+  f.wait_for_backend();
+  EXPECT_EQ(b.runs(), 2);
+  // The backend is now free for a run outside the prefetch (shrink), and case 1's run is kept.
+  const PreparedCase pc = prepare_case(cases[0]);
+  b.run(cases[0], pc);
+  EXPECT_FALSE(b.overlapped());
+  const CaseVerdict v1 = run_case(cases[1], b, nullptr, 1, &f);
+  EXPECT_EQ(v1.verdict, Verdict::pass) << v1.message;
+  EXPECT_EQ(b.runs(), 3) << "case 1 ran once, ahead";
 }
 
 }  // namespace

@@ -470,6 +470,7 @@ json context_json(const RunContext& ctx) {
   context["seconds"] = ctx.seconds;
   context["interrupted"] = ctx.interrupted;
   context["repeat"] = ctx.repeat;
+  context["backend_ahead"] = ctx.backend_ahead;
   // Only a sharded run says so: --shard 0/1 writes what a run without the flag writes.
   if (ctx.shard.sharded()) context["shard"] = {{"index", ctx.shard.index}, {"count", ctx.shard.count}};
   if (!ctx.merged.is_null()) context["merged"] = ctx.merged;
@@ -782,17 +783,25 @@ std::string agreement_table(const RunTally& t) {
   return o.str();
 }
 
-std::string timing_line(const RunTally& t) {
+std::string timing_line(const RunTally& t, std::optional<double> overlapped_wall_s) {
   const double all = t.generate_s + t.backend_s + t.oracle_s + t.compare_s;
   if (t.cases == 0 || all <= 0) return "";
-  char line[320];
+  char line[480];
   auto pct = [&](double x) { return 100.0 * x / all; };
   std::snprintf(line, sizeof line,
                 "case time %.3g s (%.3g s per case): generate %.3g s (%.0f%%), backend %.3g s (%.0f%%), oracle %.3g s "
                 "(%.0f%%), compare %.3g s (%.0f%%)\n",
                 all, all / double(t.cases), t.generate_s, pct(t.generate_s), t.backend_s, pct(t.backend_s), t.oracle_s,
                 pct(t.oracle_s), t.compare_s, pct(t.compare_s));
-  return line;
+  std::string out = line;
+  if (overlapped_wall_s) {
+    std::snprintf(line, sizeof line,
+                  "  (the parts overlap: each next case's backend ran while the case before it was judged; "
+                  "wall %.3g s, %.3g s per case)\n",
+                  *overlapped_wall_s, *overlapped_wall_s / double(t.cases));
+    out += line;
+  }
+  return out;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

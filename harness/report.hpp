@@ -64,6 +64,9 @@ struct RunContext {
   bool maxfail_reached = false;       // the run stopped after --maxfail failing cases
   int64_t keep_worst = 10;            // full records kept for the worst passing cases by margin
   int repeat = 1;                     // --repeat N: backend runs per case
+  // The backend ran each next case while the case before it was judged (harness/prefetch.hpp): a
+  // case's timing parts then overlap other cases' and their sum exceeds the run's time.
+  bool backend_ahead = false;
   Shard shard;                        // --shard I/N (written as context.shard when N > 1)
   // The context fields of the machine the cases ran on (environment_json()); null: this process's,
   // captured when the context is written. A merged report keeps its shards'.
@@ -177,7 +180,8 @@ std::string margin_table(const RunTally& t);
 // --oracle both: the per-tensor agreement table of the second oracle with the authority.
 std::string agreement_table(const RunTally& t);
 // Where a run's case time went: generate / backend / oracle / compare, in seconds and shares.
-std::string timing_line(const RunTally& t);
+// overlapped_wall_s: the run's wall time, given when cases overlapped (RunContext::backend_ahead).
+std::string timing_line(const RunTally& t, std::optional<double> overlapped_wall_s = std::nullopt);
 // A static, self-contained XHTML page: the margins as inline SVG bars and the bucket table.
 std::string html_summary(const RunContext& ctx, const RunTally& t);
 

@@ -217,6 +217,7 @@ RunContext context_from_json(const json& report) {
   ctx.seconds = c.at("seconds").get<double>();
   ctx.interrupted = c.value("interrupted", false);
   ctx.repeat = c.value("repeat", 1);
+  ctx.backend_ahead = c.value("backend_ahead", false);
   if (c.contains("shard")) ctx.shard = Shard{c["shard"].at("index").get<int64_t>(), c["shard"].at("count").get<int64_t>()};
   if (c.contains("merged")) ctx.merged = c["merged"];
   ctx.rank_devices = c.value("rank_devices", std::vector<std::string>{});

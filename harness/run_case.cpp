@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <optional>
 
 #include "check/repeats.hpp"
 #include "core/errors.hpp"
@@ -14,6 +16,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+bool is_std_exception(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 }  // namespace
 
@@ -28,45 +40,50 @@ static void crashed(CaseVerdict& v, const std::string& msg) {
 }
 
 static CaseVerdict run_case_stages(const Case& c, PreparedCase pc, double generate_s, Backend& b, Oracle* oracle,
-                                   int repeat);
+                                   int repeat, CasePrefetch* prefetch, std::optional<BackendAhead> ahead);
 
 PreparedCase prepare_case(const Case& c) {
   validate(c.problem);
   return prepare(c.problem, generate_inputs(c), injected_indices(c), c.stages);
 }
 
+std::optional<Case> backend_case(const Case& asked, const Backend& b, std::string* skipped) {
+  const std::vector<Stage> implemented = b.stages();
+  Case c = asked;
+  c.stages.clear();
+  for (Stage s : asked.stages) {
+    if (std::find(implemented.begin(), implemented.end(), s) != implemented.end())
+      c.stages.push_back(s);
+    else if (skipped)
+      *skipped += (skipped->empty() ? "" : ", ") + std::string(name(s));
+  }
+  if (c.stages.empty()) return std::nullopt;
+  return c;
+}
+
 CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat, CasePrefetch* prefetch) {
   // Only the stages the backend implements are checked; the others are named in the message.
-  Case c = asked;
   std::string skipped;
-  {
-    const std::vector<Stage> implemented = b.stages();
-    std::vector<Stage> kept;
-    for (Stage s : asked.stages) {
-      if (std::find(implemented.begin(), implemented.end(), s) != implemented.end())
-        kept.push_back(s);
-      else
-        skipped += (skipped.empty() ? "" : ", ") + std::string(name(s));
-    }
-    if (kept.empty()) {
-      CaseVerdict v;
-      v.verdict = Verdict::cannot_run;
-      v.message = "backend " + b.name() + " implements none of the case's stages (" + skipped + ")";
-      return v;
-    }
-    c.stages = kept;
+  const std::optional<Case> runs = backend_case(asked, b, &skipped);
+  if (!runs) {
+    CaseVerdict v;
+    v.verdict = Verdict::cannot_run;
+    v.message = "backend " + b.name() + " implements none of the case's stages (" + skipped + ")";
+    return v;
   }
+  const Case& c = *runs;
   double generate_s = 0;
   PreparedCase pc;
+  std::optional<BackendAhead> ahead;
   if (prefetch) {
-    pc = prefetch->take(asked, &generate_s);
+    pc = prefetch->take(asked, &generate_s, &ahead);
   } else {
     const auto g0 = Clock::now();
     pc = prepare_case(c);
     generate_s = since(g0);
   }
   pc.stages = c.stages;  // generation does not depend on them: a prefetched case has the asked ones
-  CaseVerdict v = run_case_stages(c, std::move(pc), generate_s, b, oracle, repeat);
+  CaseVerdict v = run_case_stages(c, std::move(pc), generate_s, b, oracle, repeat, prefetch, std::move(ahead));
   if (!skipped.empty()) {
     const std::string note = "stages not implemented by the backend, not checked: " + skipped;
     v.message = v.message.empty() ? note : v.message + "; " + note;
@@ -75,27 +92,43 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat, 
 }
 
 static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double generate_s, Backend& b,
-                                   Oracle* oracle, int repeat) {
+                                   Oracle* oracle, int repeat, CasePrefetch* prefetch,
+                                   std::optional<BackendAhead> ahead) {
   BackendRun run;
-  const auto t0 = Clock::now();
-  try {
-    run = b.run(c, pc);
-  } catch (const Unavailable& e) {
+  double backend_s = 0;
+  std::exception_ptr failed;
+  if (ahead) {  // run while the case before this one was judged
+    backend_s = ahead->seconds;
+    failed = ahead->error;
+    if (failed && !is_std_exception(failed)) std::rethrow_exception(failed);  // a stop (interrupt.hpp)
+    if (!failed) run = std::move(ahead->run);
+  } else {
+    const auto t0 = Clock::now();
+    try {
+      run = b.run(c, pc);
+    } catch (const std::exception&) {
+      failed = std::current_exception();
+    }
+    backend_s = run.seconds > 0 ? run.seconds : since(t0);
+  }
+  // The backend is free: the next case may run on it while this one is judged. Not under
+  // --repeat, whose later runs of this case come after the judge.
+  if (prefetch && repeat == 1) prefetch->backend_free();
+  if (failed) {
     CaseVerdict v;
-    v.verdict = Verdict::cannot_run;
-    v.message = e.what();
+    try {
+      std::rethrow_exception(failed);
+    } catch (const Unavailable& e) {
+      v.verdict = Verdict::cannot_run;
+      v.message = e.what();
+    } catch (const std::exception& e) {
+      crashed(v, e.what());
+      v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
+    }
     v.generate_s = generate_s;
-    v.backend_s = since(t0);
-    return v;
-  } catch (const std::exception& e) {
-    CaseVerdict v;
-    crashed(v, e.what());
-    v.bucket = make_bucket(b.name(), v.stage_name(), v.tensor, v.failure);
-    v.generate_s = generate_s;
-    v.backend_s = since(t0);
+    v.backend_s = backend_s;
     return v;
   }
-  const double backend_s = run.seconds > 0 ? run.seconds : since(t0);
 
   std::unique_ptr<Oracle> cpu;
   if (!oracle) {

@@ -7,7 +7,7 @@ namespace dsa {
 void print_run_summary(const RunContext& ctx, const RunTally& tally, bool quiet) {
   std::printf("%s", summary_table(tally, ctx.seconds, ctx.interrupted).c_str());
   std::printf("%s\n", coverage_line(tally.coverage).c_str());  // widths, heads, regime, cp, structures
-  if (!quiet) std::printf("%s%s", margin_table(tally).c_str(), timing_line(tally).c_str());
+  if (!quiet) std::printf("%s%s", margin_table(tally).c_str(), timing_line(tally, ctx.backend_ahead ? std::optional<double>(ctx.seconds) : std::nullopt).c_str());
   std::printf("%s", agreement_table(tally).c_str());
 }
 

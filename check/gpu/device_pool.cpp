@@ -10,7 +10,8 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 // What the pool keeps cached between runs: enough for every nightly-sized case, small beside the
-// device (the fused backend allocates from the same memory with plain cudaMalloc).
+// device. The fused backend allocates from the same pool and may ask it to keep more
+// (fused/rank_context.hpp); neither side lowers what the other asked for.
 uint64_t pool_keep_bytes(int device) {
   size_t free_b = 0, total_b = 0;
   int prev = 0;
@@ -32,8 +33,10 @@ void configure_pool() {
   if (configured[device]) return;
   cudaMemPool_t pool = nullptr;
   DSA_GPU_CUDA(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t keep = pool_keep_bytes(device);
-  DSA_GPU_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  uint64_t now = 0;
+  DSA_GPU_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &now));
+  uint64_t keep = std::max(now, pool_keep_bytes(device));
+  if (keep != now) DSA_GPU_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   configured[device] = true;
 }
 

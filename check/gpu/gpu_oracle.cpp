@@ -568,6 +568,13 @@ int64_t gpu_oracle_free_bytes() {
   return static_cast<int64_t>(free_b);
 }
 
+int64_t gpu_oracle_total_bytes() {
+  if (!gpu_oracle_available()) return 0;
+  size_t free_b = 0, total_b = 0;
+  DSA_GPU_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(total_b);
+}
+
 Result gpu_oracle_run(const Problem& p, const StreamLayout& L, const Inputs& in, const GpuOracleOptions& opt) {
   gpu::check_inputs(p, L, in, opt);
   if (!gpu_oracle_available()) throw Unavailable("gpu oracle: no CUDA device is present");

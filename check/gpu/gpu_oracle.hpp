@@ -58,5 +58,7 @@ bool gpu_oracle_available();
 
 // The current device's free memory in bytes (0 without a device).
 int64_t gpu_oracle_free_bytes();
+// The device's whole memory (0 without a device).
+int64_t gpu_oracle_total_bytes();
 
 }  // namespace dsa

@@ -45,6 +45,8 @@ class GpuOracle : public Oracle {
   explicit GpuOracle(int64_t hold_min_elements) : hold_min_elements_(hold_min_elements) {}
   std::string name() const override { return "gpu"; }
 
+  double device_memory_bytes() const override { return double(gpu_oracle_total_bytes()); }
+
   // Both precisions at once when both runs and their scratch take at most half the free memory.
   bool runs_precisions_at_once(const PreparedCase& c) const override {
     const int64_t both = exact_run_bytes(c) * 3 / 2 + 2 * kSharedWorkspaceBytes;
