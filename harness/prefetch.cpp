@@ -77,6 +77,7 @@ void CasePrefetch::start(const Case& c) {
 
 PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<BackendAhead>* ahead) {
   const auto t0 = Clock::now();
+  taken_bytes_ = input_bytes(c);
   const std::string key = pending_.empty() ? std::string() : to_json(c).dump();
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.key == key; });
   if (ahead) ahead->reset();
@@ -107,7 +108,8 @@ void CasePrefetch::run_backends_ahead(Backend& b, double max_input_bytes) {
 void CasePrefetch::backend_free() {
   if (!ahead_backend_ || pending_.empty()) return;
   Pending& next = pending_.front();
-  if (next.ran || input_bytes(next.slot->c) > ahead_max_bytes_) return;
+  // The case being judged holds the oracle's memory meanwhile: both must be small.
+  if (next.ran || taken_bytes_ > ahead_max_bytes_ || input_bytes(next.slot->c) > ahead_max_bytes_) return;
   // The case as run_case gives it to the backend: only the stages the backend implements.
   std::optional<Case> runs = backend_case(next.slot->c, *ahead_backend_);
   if (!runs) return;

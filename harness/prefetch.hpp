@@ -48,8 +48,8 @@ class CasePrefetch {
   PreparedCase take(const Case& c, double* waited_s = nullptr, std::optional<BackendAhead>* ahead = nullptr);
 
   // From now on, backend_free() lets b run the next started case ahead, when that case's inputs
-  // take at most max_input_bytes (the backend's and the oracle's device memory both hold a case at
-  // once). b must outlive this prefetch, and nothing else may call b.run while a run ahead is in
+  // and those of the case last taken (which the oracle judges meanwhile) take at most
+  // max_input_bytes each (the backend's and the oracle's device memory both hold a case at once). b must outlive this prefetch, and nothing else may call b.run while a run ahead is in
   // flight: the caller calls wait_for_backend() before it runs b itself outside run_case (shrink).
   void run_backends_ahead(Backend& b, double max_input_bytes);
   // Called when the current case's backend runs are done: the first started case that is not yet
@@ -69,6 +69,7 @@ class CasePrefetch {
   std::deque<Pending> pending_;
   Backend* ahead_backend_ = nullptr;
   double ahead_max_bytes_ = 0;
+  double taken_bytes_ = 0;  // inputs of the case last taken
   WorkerThread worker_;  // last: gone first, dropping what it has not started
 };
 

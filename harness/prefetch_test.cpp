@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -199,6 +200,27 @@ TEST(CasePrefetch, NoRunAheadForACaseAboveTheLimitOrUnderRepeat) {
   EXPECT_EQ(repeated.off_main(), 0) << "--repeat runs the case's later runs after its judge";
   EXPECT_EQ(repeated.runs(), 6);
   EXPECT_FALSE(repeated.overlapped());
+}
+
+double inputs_bytes(const Case& c) {
+  double n = 0;
+  prepare_case(c).inputs.for_each([&](const std::string&, const TensorD& t) { n += double(t.size()) * sizeof(double); });
+  return n;
+}
+
+// While a large case is judged (the oracle's memory taken), the next one does not run ahead even
+// when it is small itself.
+TEST(CasePrefetch, NoRunAheadBesideTheJudgeOfALargeCase) {
+  std::vector<Case> cases = some_cases(3, 60);
+  cases[0].problem.seqlens = {300, 200};
+  const double limit = std::max(inputs_bytes(cases[1]), inputs_bytes(cases[2]));
+  ASSERT_GT(inputs_bytes(cases[0]), limit);
+  WatchedBackend b;
+  CasePrefetch f;
+  f.run_backends_ahead(b, limit);
+  const std::vector<CaseVerdict> v = run_all(b, cases, &f);
+  EXPECT_EQ(b.off_main(), 1) << "case 2 runs ahead beside case 1; case 1 not beside case 0";
+  for (const CaseVerdict& x : v) EXPECT_EQ(x.verdict, Verdict::pass) << x.message;
 }
 
 TEST(CasePrefetch, WaitForBackendLeavesNoRunInFlight) {
