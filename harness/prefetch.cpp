@@ -40,11 +40,6 @@ double host_bytes() {
 
 }  // namespace
 
-BackendRun BackendAhead::get() const {
-  if (error) std::rethrow_exception(error);
-  return run;
-}
-
 // One started case: written by the worker (its preparation, then maybe its run ahead), read by
 // take() once the futures say so.
 struct CasePrefetch::Slot {

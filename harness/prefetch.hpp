@@ -23,10 +23,8 @@ namespace dsa {
 // A backend run made ahead of its case's turn: what run() returned or threw, and its wall time.
 struct BackendAhead {
   BackendRun run;
-  std::exception_ptr error;  // rethrown where the case would have called run() itself
+  std::exception_ptr error;  // judged where the case would have called run() itself
   double seconds = 0;
-  // The BackendRun, or the run's exception rethrown.
-  BackendRun get() const;
 };
 
 class CasePrefetch {
