@@ -47,8 +47,9 @@ class CasePrefetch {
 
   // From now on, backend_free() lets b run the next started case ahead, when that case's inputs
   // and those of the case last taken (which the oracle judges meanwhile) take at most
-  // max_input_bytes each (the backend's and the oracle's device memory both hold a case at once). b must outlive this prefetch, and nothing else may call b.run while a run ahead is in
-  // flight: the caller calls wait_for_backend() before it runs b itself outside run_case (shrink).
+  // max_input_bytes each (the backend's and the oracle's device memory both hold a case at once).
+  // b must outlive this prefetch, and nothing else may call b.run while a run ahead is in flight:
+  // the caller calls wait_for_backend() before it runs b itself outside run_case (shrink).
   void run_backends_ahead(Backend& b, double max_input_bytes);
   // Called when the current case's backend runs are done: the first started case that is not yet
   // taken is run by the backend ahead (after its preparation), if run_backends_ahead allows it.
