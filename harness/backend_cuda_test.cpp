@@ -109,13 +109,13 @@ TEST_F(CudaCases, ImplementsTheAbsorbedPathOnly) {
 // and every deterministic tensor's error are those of the runs made in turn.
 TEST_F(CudaCases, RunsAheadBesideTheGpuOracleAsInTurn) {
   const std::unique_ptr<Oracle> oracle = make_oracle("gpu");
-  ASSERT_GT(oracle->device_memory_bytes(), 0);
+  ASSERT_GT(backend_ahead_limit(*oracle), 0);
   std::vector<Case> cases;
   for (int i = 0; i < 8; ++i) cases.push_back(random_case("nightly", 77, i, backend->paths()));
   std::vector<CaseVerdict> in_turn, ahead;
   for (const Case& c : cases) in_turn.push_back(run_case(c, *backend, oracle.get()));
   CasePrefetch prefetch;
-  prefetch.run_backends_ahead(*backend, oracle->device_memory_bytes() / 32);
+  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle));
   for (size_t i = 0; i < cases.size(); ++i) {
     if (i + 1 < cases.size()) prefetch.start(cases[i + 1]);
     ahead.push_back(run_case(cases[i], *backend, oracle.get(), 1, &prefetch));

@@ -361,18 +361,17 @@ int run_session(const SessionOptions& o, Backend& backend) {
   };
 
   // The case after the one in flight is generated beside it (harness/prefetch.hpp); with an
-  // oracle on a device, the backend runs it too while the case in flight is judged, when that case
-  // is small beside the device (1/32 of its memory in inputs: the two precisions of the oracle and
-  // the backend then all fit at once). Not under --repeat, whose runs follow the judge, nor
-  // --comm mpi, whose ranks' runs are collectives of their own.
+  // oracle on a device, the backend runs it too while the case in flight is judged, both cases
+  // being small beside the device (backend_ahead_limit). Not under --repeat, whose runs follow the
+  // judge, nor --comm mpi, whose ranks' runs are collectives of their own.
   CasePrefetch prefetch;
-  if (const double device = oracle->device_memory_bytes(); device > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
-    prefetch.run_backends_ahead(backend, device / 32);
+  if (const double limit = backend_ahead_limit(*oracle); limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
+    prefetch.run_backends_ahead(backend, limit);
     ctx.backend_ahead = true;
     if (!quiet)
       std::printf("backend runs ahead: each next case's backend run goes beside this case's oracle (cases of at most "
                   "%.3g GB of inputs)\n",
-                  device / 32 / 1e9);
+                  limit / 1e9);
   }
   // Runs case number index and records it; false when the run must stop (a signal, the hard time limit).
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file, int64_t index) {

@@ -40,10 +40,13 @@ double host_bytes() {
 
 }  // namespace
 
+double backend_ahead_limit(const Oracle& oracle) { return oracle.device_memory_bytes() / 32; }
+
 // One started case: written by the worker (its preparation, then maybe its run ahead), read by
 // take() once the futures say so.
 struct CasePrefetch::Slot {
   Case c;
+  double bytes = 0;  // input_bytes(c)
   PreparedCase pc;
   std::exception_ptr prepare_error;
   std::optional<BackendAhead> ahead;
@@ -52,7 +55,8 @@ struct CasePrefetch::Slot {
 void CasePrefetch::start(const Case& c) {
   // A case's host side holds its inputs several times over (the backend's, the oracles' results):
   // a case in flight beside it is kept to 1/16 of the memory.
-  if (input_bytes(c) > host_bytes() / 16) return;
+  const double bytes = input_bytes(c);
+  if (bytes > host_bytes() / 16) return;
   if (pending_.size() == 2) {
     if (pending_.front().ran) pending_.front().ran->wait();
     pending_.front().prepared.wait();
@@ -60,6 +64,7 @@ void CasePrefetch::start(const Case& c) {
   }
   auto slot = std::make_shared<Slot>();
   slot->c = c;
+  slot->bytes = bytes;
   std::shared_future<void> prepared = worker_.run([slot] {
     try {
       slot->pc = prepare_case(slot->c);
@@ -72,11 +77,11 @@ void CasePrefetch::start(const Case& c) {
 
 PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<BackendAhead>* ahead) {
   const auto t0 = Clock::now();
-  taken_bytes_ = input_bytes(c);
   const std::string key = pending_.empty() ? std::string() : to_json(c).dump();
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.key == key; });
   if (ahead) ahead->reset();
   if (it == pending_.end()) {  // not started: prepared here, what is in flight kept for later
+    taken_bytes_ = input_bytes(c);
     PreparedCase pc = prepare_case(c);
     if (waited_s) *waited_s = since(t0);
     return pc;
@@ -86,6 +91,7 @@ PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<B
     old->prepared.wait();
   }
   Pending mine = std::move(*it);
+  taken_bytes_ = mine.slot->bytes;
   pending_.erase(pending_.begin(), it + 1);
   mine.prepared.get();  // the task itself never throws: its errors are in the slot
   if (waited_s) *waited_s = since(t0);
@@ -104,7 +110,7 @@ void CasePrefetch::backend_free() {
   if (!ahead_backend_ || pending_.empty()) return;
   Pending& next = pending_.front();
   // The case being judged holds the oracle's memory meanwhile: both must be small.
-  if (next.ran || taken_bytes_ > ahead_max_bytes_ || input_bytes(next.slot->c) > ahead_max_bytes_) return;
+  if (next.ran || taken_bytes_ > ahead_max_bytes_ || next.slot->bytes > ahead_max_bytes_) return;
   // The case as run_case gives it to the backend: only the stages the backend implements.
   std::optional<Case> runs = backend_case(next.slot->c, *ahead_backend_);
   if (!runs) return;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "check/oracle.hpp"
 #include "check/prepared.hpp"
 #include "core/worker_thread.hpp"
 #include "harness/backend.hpp"
@@ -26,6 +27,11 @@ struct BackendAhead {
   std::exception_ptr error;  // judged where the case would have called run() itself
   double seconds = 0;
 };
+
+// The input bytes up to which a case's backend may run beside the judge of another, with this
+// oracle: 1/32 of its device's memory (the oracle's two precisions and the backend then all fit at
+// once); 0 for an oracle on the host, which leaves no idle host for a run ahead.
+double backend_ahead_limit(const Oracle& oracle);
 
 class CasePrefetch {
  public:

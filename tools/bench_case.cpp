@@ -55,7 +55,7 @@ void run_case_all_in(benchmark::State& state) {
   // pipeline's steady state.
   uint64_t seed = 2;
   CasePrefetch prefetch;
-  prefetch.run_backends_ahead(*backend, oracle->device_memory_bytes() / 32);
+  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle));
   prefetch.start(production_case(m, S, seed));
   run_case(production_case(m, S, 1), *backend, oracle.get(), 1, &prefetch);
   double generate = 0, backend_s = 0, oracle_s = 0, compare = 0, wall = 0;
