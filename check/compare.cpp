@@ -155,12 +155,16 @@ TensorCheck compare_from_partials(const std::string& name, const Shape& fused_sh
   return r;
 }
 
-double loss_floor(const TensorD& kl_lowp, const TensorD& kl_exact, double coeff_over_N) {
+double loss_floor(const TensorD& kl_lowp, const TensorD& kl_exact, double coeff_over_N, double kl_floor,
+                  const StreamLayout& L) {
   if (kl_lowp.shape != kl_exact.shape) return 0;
   double sq = 0;
-  for (int64_t g = 0; g < kl_exact.size(); ++g) {
+  const int64_t rows = std::min<int64_t>(kl_exact.size(), L.tp);
+  for (int64_t g = 0; g < rows; ++g) {
+    if (L.key_end(g) <= L.key_begin(g) || !std::isfinite(kl_exact.data[g])) continue;
     const double d = kl_lowp.data[g] - kl_exact.data[g];
     if (std::isfinite(d)) sq += d * d;
+    sq += kl_floor * kl_floor;
   }
   return std::abs(coeff_over_N) * std::sqrt(sq);
 }

@@ -1,4 +1,5 @@
 #include "check/compare.hpp"
+#include "check/magnitude.hpp"
 
 #include <cmath>
 #include <limits>
@@ -167,10 +168,10 @@ TEST(Compare, FloorIsRelativeToTheTensorScale) {
 
 // The scalar loss: a lucky lowp error (3.7e-9) against an honest fused one (8.3e-9, the nightly
 // seed 11 case 663 on the H200) passes through the row-error floor; a wrong N (one extra counted row
-// of 736, a 0.14% shift of L) still fails.
-TEST(Compare, LossFloorIsTheLowpRowErrorsRootSumSquare) {
-  auto L = worked_example();
+// of 736, a 0.14% shift of L) still fails, with the KL floor of those rows added.
+TEST(Compare, LossFloorIsTheRowAllowancesRootSumSquare) {
   const int64_t rows = 736;
+  const StreamLayout L = make_layout({rows}, CpSpec{}, PadRows::attend);
   const double coeff_over_N = 1.0 / rows;
   TensorD kl_exact({rows}), kl_lowp({rows});
   double sum = 0;
@@ -179,12 +180,13 @@ TEST(Compare, LossFloorIsTheLowpRowErrorsRootSumSquare) {
     kl_lowp.data[g] = kl_exact.data[g] + 1.4e-7 * std::cos(1.3 * g);  // lowp row errors ~1e-7
     sum += kl_exact.data[g];
   }
-  const double floor = loss_floor(kl_lowp, kl_exact, coeff_over_N);
   double sq = 0;
   for (int64_t g = 0; g < rows; ++g) sq += std::pow(kl_lowp.data[g] - kl_exact.data[g], 2);
-  EXPECT_DOUBLE_EQ(floor, std::sqrt(sq) / rows);
+  EXPECT_DOUBLE_EQ(loss_floor(kl_lowp, kl_exact, coeff_over_N, 0, L), std::sqrt(sq) / rows);
+  const double kl_floor = kFloorRel * kl_magnitude(kl_exact, L);  // 2 ln 736: 1.3e-5, the KL check's
+  const double floor = loss_floor(kl_lowp, kl_exact, coeff_over_N, kl_floor, L);
+  EXPECT_NEAR(floor, std::sqrt(sq + rows * kl_floor * kl_floor) / rows, 1e-12 * floor);
   EXPECT_GT(floor, 2e-9);
-  EXPECT_LT(floor, 1e-8);
 
   const double Lx = sum * coeff_over_N;
   TensorD exact({1}), lowp({1}), fused({1}), wrong_N({1});
@@ -198,7 +200,43 @@ TEST(Compare, LossFloorIsTheLowpRowErrorsRootSumSquare) {
   EXPECT_DOUBLE_EQ(ok.floor, floor);
   EXPECT_EQ(compare_tensor("loss", wrong_N, lowp, exact, L, floor).status, CheckStatus::fail);
   // Mismatched shapes (no lowp kl) give no floor: the relative one applies.
-  EXPECT_EQ(loss_floor(TensorD({3}), kl_exact, coeff_over_N), 0);
+  EXPECT_EQ(loss_floor(TensorD({3}), kl_exact, coeff_over_N, kl_floor, L), 0);
+}
+
+// A row that passes its KL check inside the KL floor passes the loss too (nightly seed 95 case 2258
+// on the H200: one token, cp 4, 4 counted rows; the fused KL of row 3 off by 3.87e-6 = 9.3x its lowp
+// error, inside the KL floor 3.24e-6 + 2 e_l; L = KL/4 was then 9.69e-7 off against a loss floor of
+// 2.6e-7 and failed). A KL row beyond its own check still moves L beyond L's.
+TEST(Compare, LossPassesWhereEveryKlRowPasses) {
+  CpSpec cp;
+  cp.size = 4;
+  cp.layout = Layout::contiguous;
+  const StreamLayout L = make_layout({1}, cp, PadRows::attend);
+  ASSERT_EQ(L.tp, 4);
+  ASSERT_EQ(L.counted_rows(), 4);
+  const double coeff_over_N = 1.0 / 4;
+  TensorD kl_exact({4}), kl_lowp({4}), kl_fused({4});
+  kl_exact.data = {0.0, 0.0, 0.0, 1.0426365731897};  // pad row 3 sees keys 1..3: KL floor 3.24e-6
+  kl_lowp.data = kl_exact.data, kl_fused.data = kl_exact.data;
+  kl_lowp.data[3] += 4.17e-7;
+  kl_fused.data[3] += 3.87e-6;
+  const double kl_floor = kFloorRel * kl_magnitude(kl_exact, L);
+  ASSERT_EQ(compare_tensor("kl", kl_fused, kl_lowp, kl_exact, L, kl_floor).status, CheckStatus::pass);
+
+  auto loss_of = [&](const TensorD& kl) {
+    TensorD l({1});
+    for (double k : kl.data) l.data[0] += k * coeff_over_N;
+    return l;
+  };
+  const double floor = loss_floor(kl_lowp, kl_exact, coeff_over_N, kl_floor, L);
+  const TensorCheck loss = compare_tensor("loss", loss_of(kl_fused), loss_of(kl_lowp), loss_of(kl_exact), L, floor);
+  EXPECT_EQ(loss.status, CheckStatus::pass) << loss.detail;
+
+  TensorD kl_wrong = kl_exact;
+  kl_wrong.data[3] += 2 * 4.17e-7 + 3 * kl_floor;  // beyond the row's own allowance
+  ASSERT_EQ(compare_tensor("kl", kl_wrong, kl_lowp, kl_exact, L, kl_floor).status, CheckStatus::fail);
+  EXPECT_EQ(compare_tensor("loss", loss_of(kl_wrong), loss_of(kl_lowp), loss_of(kl_exact), L, floor).status,
+            CheckStatus::fail);
 }
 
 TEST(Compare, MissingTensorIsNotCheckedNeverAPass) {

@@ -164,6 +164,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
     ~Release() { o.release_held(); }
   } release{oracle};
   const bool hold = oracle.holds_outputs();
+  if (hold) oracle.upload_backend_outputs(f);
   each_precision(oracle, c, [&](Precision precision) {
     Result& side = precision == Precision::exact ? exact : lowp;
     Result rest = oracle.run(c, precision, {false, true, indices, hold});
@@ -190,6 +191,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // Compare every tensor of the checked stages, in catalogue order.
   const double coeff_over_N = c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
+  const double kl_floor = kFloorRel * kl_magnitude(exact.kl, L);
   for (const TensorSpec* spec : result_specs()) {
     if (!c.checks(spec->stage)) continue;
     const std::string n(spec->name);
@@ -201,8 +203,8 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
       v.checks.push_back(compare_tensor(n, *f.scores, lowp.scores ? *lowp.scores : none,
                                         exact.scores ? *exact.scores : none, L, score_floor));
     } else {
-      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N)
-                           : n == "kl"  ? kFloorRel * kl_magnitude(exact.kl, L)
+      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N, kl_floor, L)
+                           : n == "kl"  ? kl_floor
                                         : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;
