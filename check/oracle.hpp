@@ -68,6 +68,10 @@ class Oracle {
   virtual std::optional<TensorD> fetch_held(const std::string& /*name*/, Precision /*precision*/) {
     return std::nullopt;
   }
+  // The backend's outputs that compare_held will be given: an oracle that compares on its device may
+  // start copying them there now, while its runs compute. Each must stay alive and unchanged until
+  // release_held. Default: nothing.
+  virtual void upload_backend_outputs(const Result& /*fused*/) {}
   virtual void release_held() {}
   StageCounts counts() const {
     std::lock_guard<std::mutex> lock(counts_mu_);

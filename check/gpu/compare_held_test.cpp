@@ -2,7 +2,7 @@
 // compare_tensor over the same outputs brought to the host: the same verdict, failure class and
 // worst element, and the same maxima and counts, on a backend result with a failure of each kind
 // planted (an unwritten element, a NaN, an inf, a masked pad row not 0, one large error). Without
-// a CUDA device it skips.
+// a CUDA device it skips. The same again from the backend's outputs sent up ahead.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -106,6 +106,17 @@ TEST(GpuHeldComparison, SameVerdictAndFiguresAsTheHostPass) {
     EXPECT_EQ(oracle->held_exact_nonfinite(n, true), host_bad_no_inf);
   });
   EXPECT_GE(held_compared, 11);
+  // The backend's outputs sent up ahead, beside the runs (upload_backend_outputs): the same checks
+  // from those copies; a second batch sent up and released unused.
+  oracle->upload_backend_outputs(f);
+  std::as_const(x).for_each_float([&](const std::string& n, const TensorD& xt) {
+    if (n == "loss" || n == "kl") return;
+    SCOPED_TRACE(n + ", uploaded ahead");
+    const std::optional<TensorCheck> on_device = oracle->compare_held(n, member(f, n), L, 0);
+    ASSERT_TRUE(on_device.has_value());
+    expect_same(*on_device, compare_tensor(n, member(f, n), member(l, n), xt, L, 0));
+  });
+  oracle->upload_backend_outputs(f);
   // A tensor the backend did not produce, and one of the wrong shape: as on the host.
   expect_same(*oracle->compare_held("O_lat", TensorD(), L, 0), compare_tensor("O_lat", TensorD(), l.O_lat, x.O_lat, L, 0));
   expect_same(*oracle->compare_held("dk_I", TensorD({2, 3}), L, 0),

@@ -32,8 +32,9 @@ namespace dsa::gpu {
 // After a kernel launch: launch errors show at once, execution errors at the next sync.
 #define DSA_GPU_LAUNCHED() DSA_GPU_CUDA(cudaGetLastError())
 
-// Device memory from the device's default pool, stream-ordered on the legacy stream 0 (which every
-// kernel, copy and blocking stream here is ordered with). An oracle run allocates a few dozen
+// Device memory from the device's default pool, stream-ordered on the calling thread's default
+// stream (this library is built with per-thread default streams: every kernel, copy and GEMM of a
+// thread is ordered on it). An oracle run allocates a few dozen
 // arrays and a nightly runs thousands of small cases: cudaMalloc/cudaFree cost ~0.1–1 ms each and
 // cudaFree synchronizes the device, while the pool hands freed blocks back at once. The pool keeps
 // up to pool_keep_bytes() cached between runs; above that it returns memory to the device.

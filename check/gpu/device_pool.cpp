@@ -46,13 +46,13 @@ void* pool_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   configure_pool();
   void* p = nullptr;
-  DSA_GPU_CUDA(cudaMallocAsync(&p, bytes, cudaStream_t{0}));
+  DSA_GPU_CUDA(cudaMallocAsync(&p, bytes, cudaStreamPerThread));
   return p;
 }
 
 // Never throws: destructors call it.
 void pool_free(void* p) {
-  if (p) cudaFreeAsync(p, cudaStream_t{0});
+  if (p) cudaFreeAsync(p, cudaStreamPerThread);
 }
 
 }  // namespace dsa::gpu

@@ -96,7 +96,9 @@ DeviceArray<int64_t> upload_l(const std::vector<int64_t>& v) {
   return d;
 }
 
-void sync() { DSA_GPU_CUDA(cudaDeviceSynchronize()); }
+// This thread's work (per-thread default streams, CMakeLists.txt): the other precision's run, on
+// another thread, goes on meanwhile.
+void sync() { DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread)); }
 
 // One cuBLAS handle per thread for the process's life: creating one costs milliseconds and a run
 // needs one per precision and stage, thousands of times a nightly. Never destroyed: destroying it at
@@ -107,6 +109,8 @@ cublasHandle_t thread_blas() {
     DSA_GPU_BLAS(cublasCreate(&made));
     // No TF32 or other reduced-precision shortcuts: fp32 GEMMs must be fp32 (SPEC.md §8).
     DSA_GPU_BLAS(cublasSetMathMode(made, CUBLAS_DEFAULT_MATH));
+    // cuBLAS is not built with per-thread streams: its stream 0 would be the legacy one.
+    DSA_GPU_BLAS(cublasSetStream(made, cudaStreamPerThread));
     return made;
   }();
   return h;

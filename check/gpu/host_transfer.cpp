@@ -1,6 +1,7 @@
 #include "check/gpu/host_transfer.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -13,27 +14,65 @@ namespace {
 
 constexpr size_t kChunkBytes = size_t(64) << 20;
 
-// Two pinned buffers, one stream, one event per buffer. Process-wide and never freed (pinned
-// allocation is slow; freeing at exit can race the CUDA runtime's own teardown). The mutex makes
-// concurrent oracle runs take turns.
+// Two pinned buffers, one event per buffer. Kept for the process's life and never freed (pinned
+// allocation is slow; freeing at exit can race the CUDA runtime's own teardown). The copies go on
+// the calling thread's default stream (this library uses per-thread default streams), so they are
+// ordered with that thread's kernels and allocations.
 struct Staging {
   void* buf[2] = {nullptr, nullptr};
-  cudaStream_t stream = nullptr;
   cudaEvent_t done[2] = {nullptr, nullptr};
-  std::mutex mu;
 
-  static Staging& get() {
-    static Staging* s = [] {
-      auto* st = new Staging;
-      for (int k = 0; k < 2; ++k) {
-        DSA_GPU_CUDA(cudaMallocHost(&st->buf[k], kChunkBytes));
-        DSA_GPU_CUDA(cudaEventCreateWithFlags(&st->done[k], cudaEventDisableTiming));
-      }
-      DSA_GPU_CUDA(cudaStreamCreate(&st->stream));  // a blocking stream: ordered after stream 0's work
-      return st;
-    }();
-    return *s;
+  Staging() {
+    for (int k = 0; k < 2; ++k) {
+      DSA_GPU_CUDA(cudaMallocHost(&buf[k], kChunkBytes));
+      DSA_GPU_CUDA(cudaEventCreateWithFlags(&done[k], cudaEventDisableTiming));
+    }
   }
+};
+
+// One Staging per transfer in flight, so the exact run, the bf16 run and the backend's outputs
+// going up beside them (check/gpu/oracle_gpu.cpp) copy at once; at most kMaxStagings (128 MiB of
+// pinned memory each), beyond which a transfer waits for one to come back.
+constexpr size_t kMaxStagings = 4;
+
+class StagingLease {
+ public:
+  StagingLease() {
+    std::unique_lock<std::mutex> lock(mu());
+    ready().wait(lock, [] { return !idle().empty() || made() < kMaxStagings; });
+    if (idle().empty()) {
+      ++made();
+      lock.unlock();
+      try {
+        s_ = new Staging;
+      } catch (...) {
+        std::lock_guard<std::mutex> again(mu());
+        --made();
+        ready().notify_one();
+        throw;
+      }
+      return;
+    }
+    s_ = idle().back();
+    idle().pop_back();
+  }
+  ~StagingLease() {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      idle().push_back(s_);
+    }
+    ready().notify_one();
+  }
+  StagingLease(const StagingLease&) = delete;
+  StagingLease& operator=(const StagingLease&) = delete;
+  Staging& operator*() const { return *s_; }
+
+ private:
+  static std::mutex& mu() { static std::mutex m; return m; }
+  static std::condition_variable& ready() { static std::condition_variable c; return c; }
+  static std::vector<Staging*>& idle() { static auto* v = new std::vector<Staging*>; return *v; }
+  static size_t& made() { static size_t n = 0; return n; }
+  Staging* s_ = nullptr;
 };
 
 // dst[i] = D(src[i]) on several threads, each a contiguous slice.
@@ -61,15 +100,18 @@ void convert(const S* src, D* dst, size_t n) {
 template <class R>
 void to_host(const R* dev, double* host, size_t n) {
   if (n == 0) return;
-  Staging& s = Staging::get();
-  std::lock_guard<std::mutex> lock(s.mu);
+  // This thread's kernels that write `dev` first, so a staging is not held idle behind them.
+  DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  StagingLease lease;
+  Staging& s = *lease;
   const size_t chunk = kChunkBytes / sizeof(R);
   const size_t chunks = (n + chunk - 1) / chunk;
   for (size_t i = 0; i <= chunks; ++i) {
     if (i < chunks) {  // start chunk i's DMA ...
       const size_t off = i * chunk, len = std::min(chunk, n - off);
-      DSA_GPU_CUDA(cudaMemcpyAsync(s.buf[i % 2], dev + off, len * sizeof(R), cudaMemcpyDeviceToHost, s.stream));
-      DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], s.stream));
+      DSA_GPU_CUDA(cudaMemcpyAsync(s.buf[i % 2], dev + off, len * sizeof(R), cudaMemcpyDeviceToHost,
+                                   cudaStreamPerThread));
+      DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
     }
     if (i > 0) {  // ... while chunk i−1 is copied out of its buffer
       const size_t j = i - 1, off = j * chunk, len = std::min(chunk, n - off);
@@ -82,18 +124,19 @@ void to_host(const R* dev, double* host, size_t n) {
 template <class R>
 void to_device(const double* host, R* dev, size_t n) {
   if (n == 0) return;
-  Staging& s = Staging::get();
-  std::lock_guard<std::mutex> lock(s.mu);
+  StagingLease lease;
+  Staging& s = *lease;
   const size_t chunk = kChunkBytes / sizeof(R);
   const size_t chunks = (n + chunk - 1) / chunk;
   for (size_t i = 0; i < chunks; ++i) {
     const size_t off = i * chunk, len = std::min(chunk, n - off);
     if (i >= 2) DSA_GPU_CUDA(cudaEventSynchronize(s.done[i % 2]));  // the buffer's previous DMA is done
     convert(host + off, static_cast<R*>(s.buf[i % 2]), len);
-    DSA_GPU_CUDA(cudaMemcpyAsync(dev + off, s.buf[i % 2], len * sizeof(R), cudaMemcpyHostToDevice, s.stream));
-    DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], s.stream));
+    DSA_GPU_CUDA(cudaMemcpyAsync(dev + off, s.buf[i % 2], len * sizeof(R), cudaMemcpyHostToDevice,
+                                 cudaStreamPerThread));
+    DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
   }
-  DSA_GPU_CUDA(cudaStreamSynchronize(s.stream));
+  DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
 template void to_host<float>(const float*, double*, size_t);

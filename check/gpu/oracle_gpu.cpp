@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <future>
+#include <map>
 #include <iterator>
 #include <mutex>
 
@@ -115,9 +117,13 @@ class GpuOracle : public Oracle {
     if (fused.empty() || fused.shape != exact.shape)
       return compare_from_partials(name, fused.shape, exact.shape, {}, L, floor_at_least, fused_at, exact_at, lowp_at,
                                    !fused.empty(), true);
-    // The backend's values go up once (fp64, as the host holds them), with the masked pad rows.
-    gpu::DeviceArray<double> up(fused.data.size());
-    gpu::to_device<double>(fused.data.data(), up.get(), fused.data.size());
+    // The backend's values go up once (fp64, as the host holds them), with the masked pad rows:
+    // already on their way since upload_backend_outputs, else now.
+    gpu::DeviceArray<double> up = take_upload(name, fused);
+    if (!up.get()) {
+      up.reset(fused.data.size());
+      gpu::to_device<double>(fused.data.data(), up.get(), fused.data.size());
+    }
     gpu::DeviceArray<uint8_t> pad;
     int64_t per_row = 0;
     if (pad_rows_zero(name, exact.shape, L)) {
@@ -147,12 +153,68 @@ class GpuOracle : public Oracle {
     return gpu::to_host(it->second);
   }
 
+  // On a thread of its own (its own default stream and pinned staging), beside the two precisions'
+  // runs: at DeepSeek-V3.2 S 4096 the tensors large enough to be held are 3 GB of fp64, which the
+  // comparison uploaded after the runs. Only where they take at most 1/8 of the free memory.
+  void upload_backend_outputs(const Result& fused) override {
+    std::vector<std::pair<std::string, const TensorD*>> large;
+    int64_t bytes = 0;
+    fused.for_each_float([&](const std::string& n, const TensorD& t) {
+      if (t.size() < hold_min_elements_) return;
+      large.emplace_back(n, &t);
+      bytes += t.size() * int64_t(sizeof(double));
+    });
+    wait_uploads();
+    if (large.empty() || bytes > gpu_oracle_free_bytes() / 8) return;
+    int device = 0;
+    DSA_GPU_CUDA(cudaGetDevice(&device));
+    uploads_ = std::async(std::launch::async, [large, device] {
+      DSA_GPU_CUDA(cudaSetDevice(device));
+      Uploads up;
+      for (const auto& [name, t] : large) {
+        gpu::DeviceArray<double> d(t->data.size());
+        gpu::to_device<double>(t->data.data(), d.get(), t->data.size());
+        up.emplace(name, std::move(d));
+      }
+      return up;
+    });
+  }
+
   void release_held() override {
+    wait_uploads();
     std::lock_guard<std::mutex> lock(mu_);
     held_[0].clear(), held_[1].clear();
+    uploaded_.clear();
   }
 
  private:
+  using Uploads = std::map<std::string, gpu::DeviceArray<double>>;
+
+  // The upload in flight, finished. Never throws (release_held runs in destructors): a failed
+  // upload leaves nothing, and compare_held then uploads by itself, which reports the error.
+  Uploads finished_uploads() noexcept {
+    if (!uploads_.valid()) return {};
+    try {
+      return uploads_.get();
+    } catch (...) {
+      return {};
+    }
+  }
+  void wait_uploads() {
+    Uploads done = finished_uploads();
+    std::lock_guard<std::mutex> lock(mu_);
+    uploaded_ = std::move(done);
+  }
+  // `fused` already on the device under `name` (an empty array when it is not). mu_ is held.
+  gpu::DeviceArray<double> take_upload(const std::string& name, const TensorD& fused) {
+    if (uploads_.valid()) uploaded_ = finished_uploads();
+    const auto it = uploaded_.find(name);
+    if (it == uploaded_.end() || it->second.size() != fused.data.size()) return {};
+    gpu::DeviceArray<double> d = std::move(it->second);
+    uploaded_.erase(it);
+    return d;
+  }
+
   static constexpr int64_t kBlockScores = int64_t{1} << 25;  // 256 MiB of fp64 scores per block
   static constexpr size_t kBlocksKept = 4;
   struct Block {
@@ -162,6 +224,8 @@ class GpuOracle : public Oracle {
   std::mutex mu_;
   std::deque<Block> blocks_[2];  // exact, bf16
   gpu::HeldOutputs held_[2];     // exact, bf16: the last held run's
+  std::future<Uploads> uploads_;  // upload_backend_outputs's, in flight
+  Uploads uploaded_;              // ... and done, until compare_held takes them
   const int64_t hold_min_elements_;
 };
 
