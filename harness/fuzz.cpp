@@ -471,6 +471,18 @@ int run_session(const SessionOptions& o, Backend& backend) {
   bool go = !(stop_signal = interrupt::pending()) && !backend.rank_failure();
   auto random_at = [&](int64_t i) { return random_case(o.profile, o.seed, i, draw); };
   auto random_runs = [&](int64_t i) { return o.random && !(random_cases && i >= *random_cases); };
+  // The cases at run positions pos + 1 and pos + 2 (the corpus files, then this shard's random
+  // cases) are started ahead (harness/prefetch.hpp).
+  auto start_after = [&](size_t pos) {
+    for (size_t p = pos + 1; p <= pos + 2; ++p) {
+      if (p < files.size()) {
+        prefetch.start(files[p].c);
+        continue;
+      }
+      const int64_t i = o.shard.index + int64_t(p - files.size()) * o.shard.count;
+      if (random_runs(i)) prefetch.start(random_at(i));
+    }
+  };
   for (size_t k = 0; k < files.size(); ++k) {
     auto& [file, c, index] = files[k];
     if (!go) break;
@@ -486,19 +498,16 @@ int run_session(const SessionOptions& o, Backend& backend) {
       record(r);
       continue;
     }
-    if (k + 1 < files.size())
-      prefetch.start(files[k + 1].c);
-    else if (random_runs(o.shard.index))
-      prefetch.start(random_at(o.shard.index));
+    start_after(k);
     go = run_one(c, file, file, index);
   }
   if (o.random && go && !past_limit) {
     // This shard's random cases: i = I, I + N, ... (all of them under --shard 0/1).
-    for (int64_t i = o.shard.index;; i += o.shard.count) {
+    for (int64_t i = o.shard.index, pos = int64_t(files.size());; i += o.shard.count, ++pos) {
       if (random_cases && i >= *random_cases) break;
       if (o.time_budget_s && elapsed() >= *o.time_budget_s) break;
       const Case c = random_at(i);
-      if (random_runs(i + o.shard.count)) prefetch.start(random_at(i + o.shard.count));
+      start_after(size_t(pos));
       if (!run_one(c, "random " + o.profile + " seed " + std::to_string(o.seed) + " #" + std::to_string(i), "",
                    first_random + i))
         break;

@@ -57,7 +57,9 @@ void CasePrefetch::start(const Case& c) {
   // a case in flight beside it is kept to 1/16 of the memory.
   const double bytes = input_bytes(c);
   if (bytes > host_bytes() / 16) return;
-  if (pending_.size() == 2) {
+  std::string key = to_json(c).dump();
+  if (std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.key == key; })) return;
+  if (pending_.size() == kMaxPending) {
     if (pending_.front().ran) pending_.front().ran->wait();
     pending_.front().prepared.wait();
     pending_.pop_front();
@@ -72,7 +74,7 @@ void CasePrefetch::start(const Case& c) {
       slot->prepare_error = std::current_exception();
     }
   });
-  pending_.push_back({to_json(c).dump(), std::move(slot), std::move(prepared), std::nullopt});
+  pending_.push_back({std::move(key), std::move(slot), std::move(prepared), std::nullopt});
 }
 
 PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<BackendAhead>* ahead) {
@@ -115,7 +117,9 @@ void CasePrefetch::backend_free() {
   std::optional<Case> runs = backend_case(next.slot->c, *ahead_backend_);
   if (!runs) return;
   Backend* b = ahead_backend_;
-  next.ran = worker_.run([slot = next.slot, b, c = std::move(*runs)] {
+  // On a thread of its own, so the case after it is generated meanwhile.
+  next.ran = runner_.run([slot = next.slot, prepared = next.prepared, b, c = std::move(*runs)] {
+    prepared.wait();
     if (slot->prepare_error) return;  // take() rethrows it; nothing to run
     slot->pc.stages = c.stages;
     BackendAhead a;

@@ -1,9 +1,10 @@
-// The next case, made ready on another thread while the current case runs (fuzz, the case
-// benchmark): its inputs are prepared ahead; and, once the current case's backend run is done, the
-// backend may run the next case too (run_backends_ahead), beside the current case's oracle and
-// comparison. At production shapes generating a case takes about a second of host time and the
-// fused backend's run another (conversions and transfers around ~70 ms of kernels): both hide
-// behind a GPU oracle's device work.
+// The next cases, made ready on other threads while the current case runs (fuzz, the case
+// benchmark): their inputs are prepared ahead, on one thread; and, once the current case's backend
+// run is done, the backend may run the next case too (run_backends_ahead), on another, beside the
+// current case's oracle and comparison and the preparation of the case after it. At production
+// shapes generating a case takes about a second of host time and the fused backend's run another
+// (conversions and transfers around ~70 ms of kernels): on one thread, one after the other, they
+// took longer than a GPU oracle's judge (H100, S 4096: 2.0 s a case against a 1.4 s judge).
 #pragma once
 
 #include <deque>
@@ -40,8 +41,11 @@ class CasePrefetch {
   CasePrefetch& operator=(const CasePrefetch&) = delete;
 
   // Starts preparing c (prepare_case) beside what is already in flight, unless its inputs would
-  // take more than a small share of the host's memory. At most two preparations are kept (the
-  // case about to run and the one after it): a third drops the oldest.
+  // take more than a small share of the host's memory, or c is started already. At most three
+  // are kept (the case about to run, the one the backend runs ahead, the one after it): a fourth
+  // drops the oldest. Callers start the next two cases: with a run ahead, generating a case and
+  // the backend's run of the one before it (each about a second at production shapes) then go
+  // beside each other and beside the judge.
   void start(const Case& c);
 
   // The prepared case c: the one started for it (those started before it are dropped), else
@@ -71,11 +75,15 @@ class CasePrefetch {
     std::shared_future<void> prepared;
     std::optional<std::shared_future<void>> ran;  // the run ahead, once queued
   };
+  static constexpr size_t kMaxPending = 3;
   std::deque<Pending> pending_;
   Backend* ahead_backend_ = nullptr;
   double ahead_max_bytes_ = 0;
   double taken_bytes_ = 0;  // inputs of the case last taken
-  WorkerThread worker_;  // last: gone first, dropping what it has not started
+  WorkerThread worker_;  // the preparations
+  WorkerThread runner_;  // the runs ahead, which wait for their preparation. Last: gone first,
+                         // dropping what it has not started, while worker_ may still prepare
+
 };
 
 }  // namespace dsa

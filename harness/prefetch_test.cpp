@@ -64,14 +64,17 @@ TEST(CasePrefetch, ACaseNotStartedIsPreparedAndKeepsTheOneInFlight) {
   expect_same_inputs(f.take(a), prepare_case(a));
 }
 
-TEST(CasePrefetch, AThirdStartDropsTheOldestWhichIsThenPreparedOnTheSpot) {
+TEST(CasePrefetch, AFourthStartDropsTheOldestWhichIsThenPreparedOnTheSpot) {
   CasePrefetch f;
-  const Case a = seeded(6), b = seeded(7), c = seeded(8);
+  const Case a = seeded(6), b = seeded(7), c = seeded(8), d = seeded(11);
   f.start(a);
   f.start(b);
+  f.start(b);  // started already: nothing new
   f.start(c);
+  f.start(d);
   expect_same_inputs(f.take(a), prepare_case(a));
   expect_same_inputs(f.take(c), prepare_case(c));
+  expect_same_inputs(f.take(d), prepare_case(d));
 }
 
 TEST(CasePrefetch, AnInvalidCaseThrowsFromTake) {
@@ -126,11 +129,11 @@ class WatchedBackend final : public Backend {
   std::atomic<bool> overlapped_{false};
 };
 
-// The fuzz loop's order: start the next case, then run this one.
+// The fuzz loop's order: start the next two cases, then run this one.
 std::vector<CaseVerdict> run_all(Backend& b, const std::vector<Case>& cases, CasePrefetch* f) {
   std::vector<CaseVerdict> out;
   for (size_t i = 0; i < cases.size(); ++i) {
-    if (f && i + 1 < cases.size()) f->start(cases[i + 1]);
+    for (size_t k = i + 1; f && k < std::min(cases.size(), i + 3); ++k) f->start(cases[k]);
     out.push_back(run_case(cases[i], b, nullptr, 1, f));
   }
   return out;
