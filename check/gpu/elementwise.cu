@@ -23,23 +23,7 @@ __global__ void copy_block_k(const R* src, int64_t lds, R* dst, int64_t ldd, int
   }
 }
 
-__global__ void pack_bf16_k(const float* src, int64_t ld, int64_t stride, int64_t rows, int64_t cols, int64_t n,
-                            uint16_t* dst) {
-  DSA_GRID_STRIDE(i, n) {
-    const int64_t c = i % cols, r = (i / cols) % rows, b = i / (cols * rows);
-    dst[i] = static_cast<uint16_t>(__float_as_uint(bf(src[b * stride + r * ld + c])) >> 16);
-  }
-}
-
 }  // namespace
-
-void pack_bf16(const float* src, int64_t ld, int64_t stride, int64_t rows, int64_t cols, int64_t batch,
-               uint16_t* dst) {
-  const int64_t n = rows * cols * batch;
-  if (n <= 0) return;
-  pack_bf16_k<<<grid_for(n), kBlock>>>(src, ld, stride, rows, cols, n, dst);
-  DSA_GPU_LAUNCHED();
-}
 
 template <class R> void round_bf16_inplace(R* x, int64_t n) {
   if (n <= 0) return;

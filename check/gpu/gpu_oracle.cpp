@@ -225,13 +225,6 @@ class Oracle {
   }
 
   cublasHandle_t blas() const { return thread_blas(); }
-  // A GEMM whose operands both hold bf16 values under the policy (inputs, or rounded at a §8 point):
-  // the bf16 policy's goes to the tensor cores (blas.hpp, gemm_bf16_values); the exact one is fp64.
-  void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, R alpha, MatRef A, MatRef B, R beta, R* C,
-                          int64_t ldc, int64_t strideC, int64_t batch) {
-    if constexpr (kLowp) gemm_bf16_values(blas(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, strideC, batch);
-    else gemm<R>(blas(), ta, tb, M, N, K, alpha, A, B, beta, C, ldc, strideC, batch);
-  }
   void maybe_round(R* x, int64_t n) {
     if constexpr (kLowp) round_bf16_inplace(x, n);
   }
@@ -249,7 +242,7 @@ class Oracle {
     for (int64_t r0 = 0; r0 < Tp_; r0 += rows) {
       const int64_t B = std::min(rows, Tp_ - r0);
       // U[b·HI + h, t] = q_I[g, h]·k_I[t] for every key; the score kernel keeps the visible ones.
-      gemm_bf16_operands(false, true, B * d_.HI, Tp_, d_.DI, R(1), {q_I_.get() + r0 * d_.HI * d_.DI, d_.DI},
+      gemm<R>(blas(), false, true, B * d_.HI, Tp_, d_.DI, R(1), {q_I_.get() + r0 * d_.HI * d_.DI, d_.DI},
               {k_I_.get(), d_.DI}, R(0), U.get(), Tp_, 0, 1);
       indexer_scores<R>(U.get(), w_.get() + r0 * d_.HI, kbegin_.get() + r0, kend_.get() + r0, B, d_.HI, Tp_,
                         p_.relu, scores.get(), vals.get());
@@ -292,7 +285,7 @@ class Oracle {
   // Q~ of the chunk's rows: [q_nope·W_UK ; q_pe], rounded to bf16 under the policy.
   void project_queries(const Chunk& c, R* Qt) {
     const int64_t B = c.rows(), H = d_.H;
-    gemm_bf16_operands(false, false, B, d_.C, d_.Dn, R(1), {q_nope_.get() + c.r0 * H * d_.Dn, H * d_.Dn, d_.Dn},
+    gemm<R>(blas(), false, false, B, d_.C, d_.Dn, R(1), {q_nope_.get() + c.r0 * H * d_.Dn, H * d_.Dn, d_.Dn},
             {W_UK_.get(), d_.C, d_.Dn * d_.C}, R(0), Qt, H * CR_, CR_, H);
     place_q_pe<R>(q_pe_.get() + c.r0 * H * d_.R, B, H, d_.C, d_.R, Qt);
     maybe_round(Qt, B * H * CR_);
@@ -304,9 +297,9 @@ class Oracle {
   void materialize_explicit_keys() {
     k_nope_.reset(Tp_ * d_.H * d_.Dn);
     v_.reset(Tp_ * d_.H * d_.Dv);
-    gemm_bf16_operands(false, true, Tp_, d_.H * d_.Dn, d_.C, R(1), {c_.get(), d_.C}, {W_UK_.get(), d_.C}, R(0),
+    gemm<R>(blas(), false, true, Tp_, d_.H * d_.Dn, d_.C, R(1), {c_.get(), d_.C}, {W_UK_.get(), d_.C}, R(0),
             k_nope_.get(), d_.H * d_.Dn, 0, 1);
-    gemm_bf16_operands(false, true, Tp_, d_.H * d_.Dv, d_.C, R(1), {c_.get(), d_.C}, {W_UV_.get(), d_.C}, R(0),
+    gemm<R>(blas(), false, true, Tp_, d_.H * d_.Dv, d_.C, R(1), {c_.get(), d_.C}, {W_UV_.get(), d_.C}, R(0),
             v_.get(), d_.H * d_.Dv, 0, 1);
     maybe_round(k_nope_.get(), Tp_ * d_.H * d_.Dn);
     maybe_round(v_.get(), Tp_ * d_.H * d_.Dv);
@@ -317,7 +310,7 @@ class Oracle {
   void logits(const RowKeys& k, const Chunk& c, const R* Qt, const R* Kg, R* out) {
     const int64_t H = d_.H;
     if (p_.path == Path::absorbed) {
-      gemm_bf16_operands(false, true, H, k.kmax, CR_, s_, {Qt, CR_, H * CR_}, {Kg, CR_, k.kmax * CR_}, R(0), out,
+      gemm<R>(blas(), false, true, H, k.kmax, CR_, s_, {Qt, CR_, H * CR_}, {Kg, CR_, k.kmax * CR_}, R(0), out,
               k.kmax, H * k.kmax, k.B);
     } else {
       explicit_logits<R>(k, q_nope_.get() + c.r0 * H * d_.Dn, q_pe_.get() + c.r0 * H * d_.R, k_nope_.get(),
@@ -343,14 +336,14 @@ class Oracle {
       logits(k, c, Qt.get(), Kg.get(), L.get());
       softmax_rows<R>(L.get(), Pb.get(), k.count, k.B, H, k.kmax, nullptr, lse_.get() + c.r0 * H);
       // O_lat[b, h] = Σ_j bf(P)·c[key]: the first C columns of the gathered K~ rows are V~.
-      gemm_bf16_operands(false, false, H, C, k.kmax, R(1), {Pb.get(), k.kmax, H * k.kmax}, {Kg.get(), CR_, k.kmax * CR_},
+      gemm<R>(blas(), false, false, H, C, k.kmax, R(1), {Pb.get(), k.kmax, H * k.kmax}, {Kg.get(), CR_, k.kmax * CR_},
               R(0), O_lat_.get() + c.r0 * H * C, C, H * C, k.B);
       if (p_.path == Path::explicit_)
         explicit_output<R>(k, Pb.get(), v_.get(), H, d_.Dv, O_.get() + c.r0 * H * d_.Dv);
     }
     maybe_round(O_lat_.get(), Tp_ * H * C);
     if (p_.path == Path::absorbed)  // O[g, h] = W_UV[h]·O_lat[g, h], every row at once
-      gemm_bf16_operands(false, true, Tp_, d_.Dv, C, R(1), {O_lat_.get(), H * C, C}, {W_UV_.get(), C, d_.Dv * C}, R(0),
+      gemm<R>(blas(), false, true, Tp_, d_.Dv, C, R(1), {O_lat_.get(), H * C, C}, {W_UV_.get(), C, d_.Dv * C}, R(0),
               O_.get(), H * d_.Dv, d_.Dv, H);
     maybe_round(O_.get(), Tp_ * H * d_.Dv);
   }
@@ -388,7 +381,7 @@ class Oracle {
       gather_keys<R>(k, k_I_.get(), DI, DI, kIg.get());
       const R* qI = q_I_.get() + c.r0 * HI * DI;
       // u[b, j, h] = k_I[key]·q_I[g, h]
-      gemm_bf16_operands(false, true, k.kmax, HI, DI, R(1), {kIg.get(), DI, k.kmax * DI}, {qI, DI, HI * DI}, R(0),
+      gemm<R>(blas(), false, true, k.kmax, HI, DI, R(1), {kIg.get(), DI, k.kmax * DI}, {qI, DI, HI * DI}, R(0),
               u.get(), HI, k.kmax * HI, k.B);
       kl_rows<R>(u.get(), w_.get() + c.r0 * HI, T.get(), k.count, k.B, HI, k.kmax, p_.relu, scale,
                  kl_.get() + c.r0, dw_.get() + c.r0 * HI, du.get(), scratch.get());
@@ -429,10 +422,10 @@ class Oracle {
       softmax_rows<R>(P.get(), Pb.get(), k.count, B, H, k.kmax, lse_.get() + c.r0 * H, nullptr);  // P from lse
       if (absorbed) {
         // dO_lat = W_UVᵀ·dO (a GEMM output: rounded under the policy); dP = dO_lat·V~ᵀ; Δ = dO_lat·O_lat.
-        gemm_bf16_operands(false, false, B, C, Dv, R(1), {dO, H * Dv, Dv}, {W_UV_.get(), C, Dv * C}, R(0), dOl.get(),
+        gemm<R>(blas(), false, false, B, C, Dv, R(1), {dO, H * Dv, Dv}, {W_UV_.get(), C, Dv * C}, R(0), dOl.get(),
                 H * C, C, H);
         maybe_round(dOl.get(), B * H * C);
-        gemm_bf16_operands(false, true, H, k.kmax, C, R(1), {dOl.get(), C, H * C}, {Kg.get(), CR_, k.kmax * CR_}, R(0),
+        gemm<R>(blas(), false, true, H, k.kmax, C, R(1), {dOl.get(), C, H * C}, {Kg.get(), CR_, k.kmax * CR_}, R(0),
                 dl.get(), k.kmax, H * k.kmax, B);
         if (kLowp) row_dots<R>(dOl.get(), O_lat_.get() + c.r0 * H * C, B * H, C, delta.get());
       } else {
@@ -450,14 +443,14 @@ class Oracle {
         gemm<R>(blas(), true, false, k.kmax, CR_, H, s_, {dl.get(), k.kmax, H * k.kmax}, {Qt.get(), CR_, H * CR_},
                 R(0), rowsK.get(), CR_, k.kmax * CR_, B);
         scatter_add_keys<R>(k, rowsK.get(), CR_, dKt.get(), CR_);
-        gemm_bf16_operands(true, false, k.kmax, C, H, R(1), {Pb.get(), k.kmax, H * k.kmax}, {dOl.get(), C, H * C}, R(0),
+        gemm<R>(blas(), true, false, k.kmax, C, H, R(1), {Pb.get(), k.kmax, H * k.kmax}, {dOl.get(), C, H * C}, R(0),
                 rowsV.get(), C, k.kmax * C, B);
         scatter_add_keys<R>(k, rowsV.get(), C, dV.get(), C);
         // dq_nope[g, h] = dQ~[g, h, :C]·W_UK[h]ᵀ;  dq_pe = dQ~[g, h, C:];  dW_UK[h] += q_nopeᵀ·dQ~[:, h, :C]
-        gemm_bf16_operands(false, true, B, Dn, C, R(1), {dQ.get(), H * CR_, CR_}, {W_UK_.get(), C, Dn * C}, R(0),
+        gemm<R>(blas(), false, true, B, Dn, C, R(1), {dQ.get(), H * CR_, CR_}, {W_UK_.get(), C, Dn * C}, R(0),
                 dq_nope_.get() + c.r0 * H * Dn, H * Dn, Dn, H);
         copy_block<R>(dQ.get() + C, CR_, dq_pe_.get() + c.r0 * H * Rr, Rr, B * H, Rr, false);
-        gemm_bf16_operands(true, false, Dn, C, B, R(1), {q_nope_.get() + c.r0 * H * Dn, H * Dn, Dn},
+        gemm<R>(blas(), true, false, Dn, C, B, R(1), {q_nope_.get() + c.r0 * H * Dn, H * Dn, Dn},
                 {dQ.get(), H * CR_, CR_}, R(1), dW_UK_.get(), C, Dn * C, H);
       } else {
         explicit_dq<R>(k, dl.get(), k_nope_.get(), k_pe_.get(), H, Dn, Rr, s_, dq_nope_.get() + c.r0 * H * Dn,
@@ -469,7 +462,7 @@ class Oracle {
     if (absorbed) {
       absorbed_key_grads<R>(dKt.get(), dV.get(), Tp_, C, Rr, dc_.get(), dk_pe_.get());
       // dW_UV[h] = Σ_g dO[g, h] ⊗ O_lat[g, h] over every row at once.
-      gemm_bf16_operands(true, false, Dv, C, Tp_, R(1), {dO_.get(), H * Dv, Dv}, {O_lat_.get(), H * C, C}, R(0),
+      gemm<R>(blas(), true, false, Dv, C, Tp_, R(1), {dO_.get(), H * Dv, Dv}, {O_lat_.get(), H * C, C}, R(0),
               dW_UV_.get(), C, Dv * C, H);
     } else {
       // Only keys some query used: an unused key row may be NaN poison, and 0·NaN = NaN, so the

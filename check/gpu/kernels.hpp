@@ -20,10 +20,6 @@ template <class R> void select_rows(const R* src, const uint8_t* keep, int64_t r
 // Row-major [rows, cols] block copy with leading dimensions; optionally rounded.
 template <class R> void copy_block(const R* src, int64_t lds, R* dst, int64_t ldd, int64_t rows, int64_t cols,
                                    bool round);
-// The bf16 bits of bf(src) for `batch` row-major [rows, cols] blocks (leading dimension ld, `stride`
-// between blocks), packed: dst[(b·rows + r)·cols + c]. Exact for values that are bf16 already.
-void pack_bf16(const float* src, int64_t ld, int64_t stride, int64_t rows, int64_t cols, int64_t batch,
-               uint16_t* dst);
 
 // ---- indexer scores (indexer_scores.cu) ----
 // scores[b, t] = Σ_h w[b, h]·φ(U[b, h, t]) for kbegin[b] <= t < kend[b], else −inf (selected, so a
