@@ -6,8 +6,8 @@
 #include <cmath>
 #include <deque>
 #include <future>
-#include <map>
 #include <iterator>
+#include <map>
 #include <mutex>
 
 #include "check/gpu/cuda_util.hpp"
