@@ -6,37 +6,36 @@
 namespace dsa::gpu {
 namespace {
 
+// Warp per row, lanes over its elements: a thread per row read rows len apart (uncoalesced).
 template <class R> __global__ void row_dots_k(const R* a, const R* b, int64_t n, int64_t len, R* out) {
-  DSA_GRID_STRIDE(r, n) {
-    R acc = 0;
-    for (int64_t c = 0; c < len; ++c) acc += a[r * len + c] * b[r * len + c];
-    out[r] = acc;
-  }
+  const int64_t r = blockIdx.x * int64_t(kBlock / 32) + (threadIdx.x >> 5);
+  if (r >= n) return;
+  const int lane = threadIdx.x & 31;
+  R acc = 0;
+  for (int64_t c = lane; c < len; c += 32) acc += a[r * len + c] * b[r * len + c];
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[r] = acc;
 }
 
+// Block per (b, h) row: Δ, then dl over the row's slots (dP is read before dl overwrites it: the
+// block's reduction lies between).
 template <class R>
-__global__ void softmax_delta_k(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
-                                bool one_hot_only, R* delta) {
-  DSA_GRID_STRIDE(bh, B * H) {
-    const int64_t b = bh / H;
-    R acc = 0;
-    bool one_hot = true;
-    for (int64_t j = 0; j < count[b]; ++j) {
-      const R p = P[bh * kmax + j];
-      one_hot = one_hot && (p == R(0) || p == R(1));
-      acc += p * dP[bh * kmax + j];
-    }
-    if (!one_hot_only || one_hot) delta[bh] = acc;
+__global__ void dlogit_rows_k(const R* P, R* dP_dl, const int32_t* count, int64_t H, int64_t kmax, bool one_hot_only,
+                              R* delta) {
+  const int64_t bh = blockIdx.x, n = count[bh / H];
+  const R* p = P + bh * kmax;
+  R* d = dP_dl + bh * kmax;
+  R acc = 0;
+  int not_one_hot = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    not_one_hot |= !(p[j] == R(0) || p[j] == R(1));
+    acc += p[j] * d[j];
   }
-}
-
-template <class R>
-__global__ void dlogit_k(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H,
-                         int64_t kmax, R* dl) {
-  DSA_GRID_STRIDE(i, B * H * kmax) {
-    const int64_t j = i % kmax, bh = i / kmax, b = bh / H;
-    dl[i] = j < count[b] ? bf(P[i] * (dP[i] - delta[bh])) : R(0);
-  }
+  acc = block_sum(acc);  // its barriers order every read of d above before the writes below
+  const bool one_hot = !__syncthreads_or(not_one_hot);
+  const R D = !one_hot_only || one_hot ? acc : delta[bh];
+  if (threadIdx.x == 0) delta[bh] = D;
+  for (int64_t j = threadIdx.x; j < kmax; j += blockDim.x) d[j] = j < n ? bf(p[j] * (d[j] - D)) : R(0);
 }
 
 template <class R>
@@ -98,11 +97,11 @@ __global__ void explicit_dkv_k(RowKeys k, const R* dl, const R* Pb, const R* q_n
 }
 
 template <class R>
-__global__ void absorbed_key_grads_k(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
+__global__ void absorbed_key_grads_k(const R* dKt, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
   const int64_t W = C + Rr;
   DSA_GRID_STRIDE(i, Tp * W) {
     const int64_t t = i / W, col = i % W;
-    if (col < C) dc[t * C + col] = bf(dKt[i] + dV[t * C + col]);
+    if (col < C) dc[t * C + col] = bf(dKt[i]);
     else dk_pe[t * Rr + (col - C)] = bf(dKt[i]);
   }
 }
@@ -111,20 +110,14 @@ __global__ void absorbed_key_grads_k(const R* dKt, const R* dV, int64_t Tp, int6
 
 template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len, R* out) {
   if (n <= 0) return;
-  row_dots_k<<<grid_for(n), kBlock>>>(a, b, n, len, out);
+  row_dots_k<<<static_cast<unsigned>((n + kBlock / 32 - 1) / (kBlock / 32)), kBlock>>>(a, b, n, len, out);
   DSA_GPU_LAUNCHED();
 }
 template <class R>
-void softmax_delta(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
-                   bool one_hot_only, R* delta) {
-  if (B * H <= 0) return;
-  softmax_delta_k<<<grid_for(B * H), kBlock>>>(P, dP, count, B, H, kmax, one_hot_only, delta);
-  DSA_GPU_LAUNCHED();
-}
-template <class R>
-void dlogit(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B, int64_t H, int64_t kmax, R* dl) {
-  if (B * H * kmax <= 0) return;
-  dlogit_k<<<grid_for(B * H * kmax), kBlock>>>(P, dP, delta, count, B, H, kmax, dl);
+void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, int64_t B, int64_t H, int64_t kmax, bool one_hot_only,
+                 R* delta) {
+  if (B * H <= 0 || kmax <= 0) return;
+  dlogit_rows_k<<<static_cast<unsigned>(B * H), kBlock>>>(P, dP_dl, count, H, kmax, one_hot_only, delta);
   DSA_GPU_LAUNCHED();
 }
 template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP) {
@@ -148,21 +141,20 @@ void explicit_dkv(const RowKeys& k, const R* dl, const R* Pb, const R* q_nope, c
   DSA_GPU_LAUNCHED();
 }
 template <class R>
-void absorbed_key_grads(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
+void absorbed_key_grads(const R* dKt, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe) {
   if (Tp <= 0) return;
-  absorbed_key_grads_k<<<grid_for(Tp * (C + Rr)), kBlock>>>(dKt, dV, Tp, C, Rr, dc, dk_pe);
+  absorbed_key_grads_k<<<grid_for(Tp * (C + Rr)), kBlock>>>(dKt, Tp, C, Rr, dc, dk_pe);
   DSA_GPU_LAUNCHED();
 }
 
 #define DSA_INSTANTIATE(R)                                                                                          \
   template void row_dots<R>(const R*, const R*, int64_t, int64_t, R*);                                              \
-  template void softmax_delta<R>(const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, bool, R*);      \
-  template void dlogit<R>(const R*, const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, R*);             \
+  template void dlogit_rows<R>(const R*, R*, const int32_t*, int64_t, int64_t, int64_t, bool, R*);                \
   template void explicit_dP<R>(const RowKeys&, const R*, const R*, int64_t, int64_t, R*);                           \
   template void explicit_dq<R>(const RowKeys&, const R*, const R*, const R*, int64_t, int64_t, int64_t, R, R*, R*); \
   template void explicit_dkv<R>(const RowKeys&, const R*, const R*, const R*, const R*, const R*, int64_t, int64_t, \
                                 int64_t, int64_t, R, R*, R*, R*);                                                   \
-  template void absorbed_key_grads<R>(const R*, const R*, int64_t, int64_t, int64_t, R*, R*);
+  template void absorbed_key_grads<R>(const R*, int64_t, int64_t, int64_t, R*, R*);
 DSA_INSTANTIATE(float)
 DSA_INSTANTIATE(double)
 

@@ -54,7 +54,9 @@ void expect_same(const TensorCheck& a, const TensorCheck& b) {
   EXPECT_EQ(a.max_rel, b.max_rel) << n;
   EXPECT_EQ(a.compared, b.compared) << n;
   ASSERT_EQ(a.worst.has_value(), b.worst.has_value()) << n;
-  if (a.worst) EXPECT_EQ(a.worst->index, b.worst->index) << n;
+  if (a.worst) {
+    EXPECT_EQ(a.worst->index, b.worst->index) << n;
+  }
   EXPECT_TRUE(std::isnan(b.worst_lowp) ? std::isnan(a.worst_lowp) : a.worst_lowp == b.worst_lowp) << n;
   EXPECT_EQ(a.worst_exact, b.worst_exact) << n;
   EXPECT_NEAR(a.rmse, b.rmse, 1e-12 * (1 + b.rmse)) << n;  // sums: another order of addition

@@ -2,8 +2,9 @@
 // (indexer scores + top-k, S(g), attention forward, KL loss, attention backward) over chunks of
 // consecutive query rows, and assembles a Result in global row order. Every product is a cuBLAS
 // GEMM over gathered keys (fp64 for exact, fp32 on bf16 values for the bf16 policy); the kernels
-// of kernels.hpp do the rest. Nothing is fused: the attention's logits are recomputed in the loss
-// and the backward from the stored lse, as the reference does.
+// of kernels.hpp do the rest. Nothing is fused into a kernel; the attention's forward and backward
+// of a chunk of rows run back to back on its gathered keys (attend), which gives the backward the
+// P that the reference recomputes from the stored lse, and the sparse loss its target.
 #include "check/gpu/gpu_oracle.hpp"
 
 #include <algorithm>
@@ -169,17 +170,13 @@ class Oracle {
     times_.select = seconds_since(t0);
 
     t0 = Clock::now();
-    forward();
+    attend();
     sync();
-    times_.forward = seconds_since(t0);
+    times_.attention = seconds_since(t0);
     t0 = Clock::now();
     loss(res);
     sync();
     times_.loss = seconds_since(t0);
-    t0 = Clock::now();
-    backward();
-    sync();
-    times_.backward = seconds_since(t0);
 
     t0 = Clock::now();
     Outputs o = outputs.get();
@@ -318,108 +315,55 @@ class Oracle {
     }
   }
 
-  // ---- attention forward (SPEC.md §5) ----
-  void forward() {
-    const int64_t H = d_.H, C = d_.C;
-    O_lat_.reset(Tp_ * H * C);
-    O_.reset(Tp_ * H * d_.Dv);
-    lse_.reset(Tp_ * H);
-    fill<R>(lse_.get(), Tp_ * H, -std::numeric_limits<R>::infinity());  // empty S(g): lse −inf
-    const auto chunks = plan(S_.count, CR_ + 2 * H, H * CR_);
-    int64_t mr, ms;
-    maxima(chunks, mr, ms);
-    DeviceArray<R> Qt(mr * H * CR_), Kg(ms * CR_), L(ms * H), Pb(ms * H);
-    for (const Chunk& c : chunks) {
-      const RowKeys k = sparse_keys(c);
-      if (p_.path == Path::absorbed) project_queries(c, Qt.get());
-      gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
-      logits(k, c, Qt.get(), Kg.get(), L.get());
-      softmax_rows<R>(L.get(), Pb.get(), k.count, k.B, H, k.kmax, nullptr, lse_.get() + c.r0 * H);
-      // O_lat[b, h] = Σ_j bf(P)·c[key]: the first C columns of the gathered K~ rows are V~.
-      gemm<R>(blas(), false, false, H, C, k.kmax, R(1), {Pb.get(), k.kmax, H * k.kmax}, {Kg.get(), CR_, k.kmax * CR_},
-              R(0), O_lat_.get() + c.r0 * H * C, C, H * C, k.B);
-      if (p_.path == Path::explicit_)
-        explicit_output<R>(k, Pb.get(), v_.get(), H, d_.Dv, O_.get() + c.r0 * H * d_.Dv);
-    }
-    maybe_round(O_lat_.get(), Tp_ * H * C);
-    if (p_.path == Path::absorbed)  // O[g, h] = W_UV[h]·O_lat[g, h], every row at once
-      gemm<R>(blas(), false, true, Tp_, d_.Dv, C, R(1), {O_lat_.get(), H * C, C}, {W_UV_.get(), C, d_.Dv * C}, R(0),
-              O_.get(), H * d_.Dv, d_.Dv, H);
-    maybe_round(O_.get(), Tp_ * H * d_.Dv);
-  }
-
-  // ---- indexer KL loss (SPEC.md §7) ----
-  void loss(Result&) {
-    const int64_t H = d_.H, HI = d_.HI, DI = d_.DI;
-    kl_.reset(Tp_), dq_I_.reset(Tp_ * HI * DI), dw_.reset(Tp_ * HI), dk_I_.reset(Tp_ * DI);
-    if (p_.loss == LossMode::off) return;
-    const bool dense = p_.loss == LossMode::dense;
-    const bool streaming = !dense && opt_.streaming_kl;
-    std::vector<int32_t> vcount;
-    if (dense) {
-      vcount.resize(Tp_);
-      for (int64_t g = 0; g < Tp_; ++g) vcount[g] = kend_h_[g] - kbegin_h_[g];
-      V_count_ = upload_i(vcount);
-    }
-    const std::vector<int32_t>& count = dense ? vcount : S_.count;
-    const auto chunks = plan(count, CR_ + H + 2 + 2 * DI + 2 * HI, H * CR_);
-    int64_t mr, ms;
-    maxima(chunks, mr, ms);
-    DeviceArray<R> Qt(mr * H * CR_), Kg(ms * CR_), A(ms * H), T(ms), kIg(ms * DI), u(ms * HI), du(ms * HI),
-        dk(ms * DI), scratch(ms);
-    const R scale = static_cast<R>(p_.coeff / counted());
-    for (const Chunk& c : chunks) {
-      const RowKeys k = dense ? dense_keys(c) : sparse_keys(c);
-      if (p_.path == Path::absorbed) project_queries(c, Qt.get());
-      if (p_.path == Path::absorbed) gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
-      logits(k, c, Qt.get(), Kg.get(), A.get());
-      // A_h = exp(logit − lse): streaming reuses the attention's lse over S(g); otherwise the
-      // softmax is normalized afresh over the loss support.
-      softmax_rows<R>(A.get(), nullptr, k.count, k.B, H, k.kmax, streaming ? lse_.get() + c.r0 * H : nullptr,
-                      nullptr);
-      kl_target<R>(A.get(), k.count, k.B, H, k.kmax, T.get());
-      gather_keys<R>(k, k_I_.get(), DI, DI, kIg.get());
-      const R* qI = q_I_.get() + c.r0 * HI * DI;
-      // u[b, j, h] = k_I[key]·q_I[g, h]
-      gemm<R>(blas(), false, true, k.kmax, HI, DI, R(1), {kIg.get(), DI, k.kmax * DI}, {qI, DI, HI * DI}, R(0),
-              u.get(), HI, k.kmax * HI, k.B);
-      kl_rows<R>(u.get(), w_.get() + c.r0 * HI, T.get(), k.count, k.B, HI, k.kmax, p_.relu, scale,
-                 kl_.get() + c.r0, dw_.get() + c.r0 * HI, du.get(), scratch.get());
-      // dq_I[g] = duᵀ·k_I[keys];  dk_I[key] += du·q_I[g]
-      gemm<R>(blas(), true, false, HI, DI, k.kmax, R(1), {du.get(), HI, k.kmax * HI}, {kIg.get(), DI, k.kmax * DI},
-              R(0), dq_I_.get() + c.r0 * HI * DI, DI, HI * DI, k.B);
-      gemm<R>(blas(), false, false, k.kmax, DI, HI, R(1), {du.get(), HI, k.kmax * HI}, {qI, DI, HI * DI}, R(0),
-              dk.get(), DI, k.kmax * DI, k.B);
-      scatter_add_keys<R>(k, dk.get(), DI, dk_I_.get(), DI);
-    }
-    maybe_round(dq_I_.get(), Tp_ * HI * DI);
-    maybe_round(dw_.get(), Tp_ * HI);
-    maybe_round(dk_I_.get(), Tp_ * DI);
-  }
-
-  // ---- attention backward (SPEC.md §6) ----
-  void backward() {
+  // ---- attention forward and backward (SPEC.md §5–§6), one pass over each chunk of rows ----
+  // A row's backward needs only its own forward (P, lse, O_lat), so both run while the chunk's
+  // gathered K~ is on the device: one gather, one logits GEMM and one softmax per row where
+  // separate passes took three (forward, loss, backward). P recomputed from the stored lse is the
+  // forward's P, bit for bit; so is the sparse loss's A_h, whose target T is kept here (T_).
+  void attend() {
     const int64_t H = d_.H, C = d_.C, Dn = d_.Dn, Rr = d_.R, Dv = d_.Dv;
     const bool absorbed = p_.path == Path::absorbed;
+    const bool target = p_.loss == LossMode::sparse;
+    O_lat_.reset(Tp_ * H * C);
+    O_.reset(Tp_ * H * Dv);
+    lse_.reset(Tp_ * H);
+    fill<R>(lse_.get(), Tp_ * H, -std::numeric_limits<R>::infinity());  // empty S(g): lse −inf
+    T_.reset(target ? S_.keys.size() : 0);
     dq_nope_.reset(Tp_ * H * Dn), dq_pe_.reset(Tp_ * H * Rr);
     dW_UK_.reset(H * Dn * C), dW_UV_.reset(H * Dv * C), dc_.reset(Tp_ * C), dk_pe_.reset(Tp_ * Rr);
-    // Key-side accumulators: absorbed dK~ [Tp, C+R] and dV~ [Tp, C]; explicit dk_nope, dk_pe, dv.
-    DeviceArray<R> dKt(absorbed ? Tp_ * CR_ : 0), dV(absorbed ? Tp_ * C : 0);
+    // Key-side accumulators: absorbed dK~ [Tp, C+R], dV~ summed into its first C columns (dc is
+    // their sum); explicit dk_nope, dk_pe, dv.
+    DeviceArray<R> dKt(absorbed ? Tp_ * CR_ : 0);
     DeviceArray<R> dKn(absorbed ? 0 : Tp_ * H * Dn), dKpe(absorbed ? 0 : Tp_ * Rr), dVv(absorbed ? 0 : Tp_ * H * Dv);
-    const auto chunks = plan(S_.count, 2 * CR_ + C + 3 * H, 2 * H * CR_ + H * C + H);
+    const auto chunks = plan(S_.count, 2 * CR_ + 3 * H + 1, 2 * H * CR_ + H * C + H);
     int64_t mr, ms;
     maxima(chunks, mr, ms);
-    DeviceArray<R> Qt(mr * H * CR_), dOl(mr * H * C), dQ(mr * H * CR_), delta(mr * H);
-    DeviceArray<R> Kg(ms * CR_), P(ms * H), Pb(ms * H), dl(ms * H), rowsK(absorbed ? ms * CR_ : 0),
-        rowsV(absorbed ? ms * C : 0);
+    DeviceArray<R> Qt(mr * H * CR_), dOl(absorbed ? mr * H * C : 0), dQ(absorbed ? mr * H * CR_ : 0), delta(mr * H);
+    DeviceArray<R> Kg(ms * CR_), P(ms * H), Pb(ms * H), dl(ms * H), rowsK(absorbed ? ms * CR_ : 0), T(target ? ms : 0);
     for (const Chunk& c : chunks) {
       const RowKeys k = sparse_keys(c);
       const int64_t B = c.rows();
+      R* O_lat = O_lat_.get() + c.r0 * H * C;
+      R* O = O_.get() + c.r0 * H * Dv;
       const R* dO = dO_.get() + c.r0 * H * Dv;
+      // Forward: logits, P = softmax with its lse, O_lat (and O on the explicit path), rounded.
       if (absorbed) project_queries(c, Qt.get());
       gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
       logits(k, c, Qt.get(), Kg.get(), P.get());
-      softmax_rows<R>(P.get(), Pb.get(), k.count, B, H, k.kmax, lse_.get() + c.r0 * H, nullptr);  // P from lse
+      softmax_rows<R>(P.get(), Pb.get(), k.count, B, H, k.kmax, nullptr, lse_.get() + c.r0 * H);
+      // O_lat[b, h] = Σ_j bf(P)·c[key]: the first C columns of the gathered K~ rows are V~.
+      gemm<R>(blas(), false, false, H, C, k.kmax, R(1), {Pb.get(), k.kmax, H * k.kmax}, {Kg.get(), CR_, k.kmax * CR_},
+              R(0), O_lat, C, H * C, B);
+      maybe_round(O_lat, B * H * C);
+      if (!absorbed) {
+        explicit_output<R>(k, Pb.get(), v_.get(), H, Dv, O);
+        maybe_round(O, B * H * Dv);
+      }
+      if (target) {  // the sparse loss's T over S(g), in the key sets' CSR order
+        kl_target<R>(P.get(), k.count, B, H, k.kmax, T.get());
+        pack_rows<R>(k, T.get(), T_.get());
+      }
+      // Backward: dP, Δ and dlogit, then the query-side and key-side gradients.
       if (absorbed) {
         // dO_lat = W_UVᵀ·dO (a GEMM output: rounded under the policy); dP = dO_lat·V~ᵀ; Δ = dO_lat·O_lat.
         gemm<R>(blas(), false, false, B, C, Dv, R(1), {dO, H * Dv, Dv}, {W_UV_.get(), C, Dv * C}, R(0), dOl.get(),
@@ -427,25 +371,24 @@ class Oracle {
         maybe_round(dOl.get(), B * H * C);
         gemm<R>(blas(), false, true, H, k.kmax, C, R(1), {dOl.get(), C, H * C}, {Kg.get(), CR_, k.kmax * CR_}, R(0),
                 dl.get(), k.kmax, H * k.kmax, B);
-        if (kLowp) row_dots<R>(dOl.get(), O_lat_.get() + c.r0 * H * C, B * H, C, delta.get());
+        if (kLowp) row_dots<R>(dOl.get(), O_lat, B * H, C, delta.get());
       } else {
         explicit_dP<R>(k, dO, v_.get(), H, Dv, dl.get());
-        if (kLowp) row_dots<R>(dO, O_.get() + c.r0 * H * Dv, B * H, Dv, delta.get());
+        if (kLowp) row_dots<R>(dO, O, B * H, Dv, delta.get());
       }
       // Exact: Δ = Σ P·dP; bf16 policy: the SPEC's dO_lat·O_lat, except on one-hot rows (kernels.hpp).
-      softmax_delta<R>(P.get(), dl.get(), k.count, B, H, k.kmax, kLowp, delta.get());
-      dlogit<R>(P.get(), dl.get(), delta.get(), k.count, B, H, k.kmax, dl.get());  // dP → dlogit in place
+      dlogit_rows<R>(P.get(), dl.get(), k.count, B, H, k.kmax, kLowp, delta.get());  // dP → dlogit in place
       if (absorbed) {
-        // dQ~ = s·dl·K~ (rounded on output); dK~[key] += s·dlᵀ·Q~; dV~[key] += bf(P)ᵀ·dO_lat.
+        // dQ~ = s·dl·K~ (rounded on output); dK~[key] += s·dlᵀ·Q~ + [bf(P)ᵀ·dO_lat | 0] (dV~ in the
+        // first C columns): one atomic scatter of the key rows.
         gemm<R>(blas(), false, false, H, CR_, k.kmax, s_, {dl.get(), k.kmax, H * k.kmax}, {Kg.get(), CR_, k.kmax * CR_},
                 R(0), dQ.get(), CR_, H * CR_, B);
         maybe_round(dQ.get(), B * H * CR_);
         gemm<R>(blas(), true, false, k.kmax, CR_, H, s_, {dl.get(), k.kmax, H * k.kmax}, {Qt.get(), CR_, H * CR_},
                 R(0), rowsK.get(), CR_, k.kmax * CR_, B);
+        gemm<R>(blas(), true, false, k.kmax, C, H, R(1), {Pb.get(), k.kmax, H * k.kmax}, {dOl.get(), C, H * C}, R(1),
+                rowsK.get(), CR_, k.kmax * CR_, B);
         scatter_add_keys<R>(k, rowsK.get(), CR_, dKt.get(), CR_);
-        gemm<R>(blas(), true, false, k.kmax, C, H, R(1), {Pb.get(), k.kmax, H * k.kmax}, {dOl.get(), C, H * C}, R(0),
-                rowsV.get(), C, k.kmax * C, B);
-        scatter_add_keys<R>(k, rowsV.get(), C, dV.get(), C);
         // dq_nope[g, h] = dQ~[g, h, :C]·W_UK[h]ᵀ;  dq_pe = dQ~[g, h, C:];  dW_UK[h] += q_nopeᵀ·dQ~[:, h, :C]
         gemm<R>(blas(), false, true, B, Dn, C, R(1), {dQ.get(), H * CR_, CR_}, {W_UK_.get(), C, Dn * C}, R(0),
                 dq_nope_.get() + c.r0 * H * Dn, H * Dn, Dn, H);
@@ -460,7 +403,11 @@ class Oracle {
       }
     }
     if (absorbed) {
-      absorbed_key_grads<R>(dKt.get(), dV.get(), Tp_, C, Rr, dc_.get(), dk_pe_.get());
+      // O[g, h] = W_UV[h]·O_lat[g, h], every row at once.
+      gemm<R>(blas(), false, true, Tp_, Dv, C, R(1), {O_lat_.get(), H * C, C}, {W_UV_.get(), C, Dv * C}, R(0),
+              O_.get(), H * Dv, Dv, H);
+      maybe_round(O_.get(), Tp_ * H * Dv);
+      absorbed_key_grads<R>(dKt.get(), Tp_, C, Rr, dc_.get(), dk_pe_.get());
       // dW_UV[h] = Σ_g dO[g, h] ⊗ O_lat[g, h] over every row at once.
       gemm<R>(blas(), true, false, Dv, C, Tp_, R(1), {dO_.get(), H * Dv, Dv}, {O_lat_.get(), H * C, C}, R(0),
               dW_UV_.get(), C, Dv * C, H);
@@ -489,6 +436,57 @@ class Oracle {
     maybe_round(dW_UV_.get(), H * Dv * C);
   }
 
+  // ---- indexer KL loss (SPEC.md §7) ----
+  void loss(Result&) {
+    const int64_t H = d_.H, HI = d_.HI, DI = d_.DI;
+    kl_.reset(Tp_), dq_I_.reset(Tp_ * HI * DI), dw_.reset(Tp_ * HI), dk_I_.reset(Tp_ * DI);
+    if (p_.loss == LossMode::off) return;
+    // The sparse loss's target came with the attention's P (attend); the dense one's support is every
+    // visible key, its softmax normalized afresh over it.
+    const bool dense = p_.loss == LossMode::dense;
+    std::vector<int32_t> vcount;
+    if (dense) {
+      vcount.resize(Tp_);
+      for (int64_t g = 0; g < Tp_; ++g) vcount[g] = kend_h_[g] - kbegin_h_[g];
+      V_count_ = upload_i(vcount);
+    }
+    const std::vector<int32_t>& count = dense ? vcount : S_.count;
+    const auto chunks = dense ? plan(count, CR_ + H + 2 + 2 * DI + 2 * HI, H * CR_) : plan(count, 2 + 2 * DI + 2 * HI, 0);
+    int64_t mr, ms;
+    maxima(chunks, mr, ms);
+    DeviceArray<R> Qt(dense ? mr * H * CR_ : 0), Kg(dense ? ms * CR_ : 0), A(dense ? ms * H : 0), T(ms),
+        kIg(ms * DI), u(ms * HI), du(ms * HI), dk(ms * DI), scratch(ms);
+    const R scale = static_cast<R>(p_.coeff / counted());
+    for (const Chunk& c : chunks) {
+      const RowKeys k = dense ? dense_keys(c) : sparse_keys(c);
+      if (dense) {
+        if (p_.path == Path::absorbed) project_queries(c, Qt.get());
+        if (p_.path == Path::absorbed) gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
+        logits(k, c, Qt.get(), Kg.get(), A.get());
+        softmax_rows<R>(A.get(), nullptr, k.count, k.B, H, k.kmax, nullptr, nullptr);
+        kl_target<R>(A.get(), k.count, k.B, H, k.kmax, T.get());
+      } else {
+        unpack_rows<R>(k, T_.get(), T.get());
+      }
+      gather_keys<R>(k, k_I_.get(), DI, DI, kIg.get());
+      const R* qI = q_I_.get() + c.r0 * HI * DI;
+      // u[b, j, h] = k_I[key]·q_I[g, h]
+      gemm<R>(blas(), false, true, k.kmax, HI, DI, R(1), {kIg.get(), DI, k.kmax * DI}, {qI, DI, HI * DI}, R(0),
+              u.get(), HI, k.kmax * HI, k.B);
+      kl_rows<R>(u.get(), w_.get() + c.r0 * HI, T.get(), k.count, k.B, HI, k.kmax, p_.relu, scale,
+                 kl_.get() + c.r0, dw_.get() + c.r0 * HI, du.get(), scratch.get());
+      // dq_I[g] = duᵀ·k_I[keys];  dk_I[key] += du·q_I[g]
+      gemm<R>(blas(), true, false, HI, DI, k.kmax, R(1), {du.get(), HI, k.kmax * HI}, {kIg.get(), DI, k.kmax * DI},
+              R(0), dq_I_.get() + c.r0 * HI * DI, DI, HI * DI, k.B);
+      gemm<R>(blas(), false, false, k.kmax, DI, HI, R(1), {du.get(), HI, k.kmax * HI}, {qI, DI, HI * DI}, R(0),
+              dk.get(), DI, k.kmax * DI, k.B);
+      scatter_add_keys<R>(k, dk.get(), DI, dk_I_.get(), DI);
+    }
+    maybe_round(dq_I_.get(), Tp_ * HI * DI);
+    maybe_round(dw_.get(), Tp_ * HI);
+    maybe_round(dk_I_.get(), Tp_ * DI);
+  }
+
   const Problem& p_;
   const Dims& d_;
   const StreamLayout& L_;
@@ -502,6 +500,7 @@ class Oracle {
   DeviceArray<int64_t> S_off_;
   std::vector<int32_t> kbegin_h_, kend_h_;
   KeySets S_;
+  DeviceArray<R> T_;  // the sparse loss's target over S(g), CSR order (KeySets)
   DeviceArray<R> O_lat_, O_, lse_, kl_, dq_I_, dw_, dk_I_, dq_nope_, dq_pe_, dW_UK_, dW_UV_, dc_, dk_pe_;
 };
 

@@ -15,9 +15,10 @@
 
 namespace dsa {
 
-// Seconds spent in each part of one run (device work is synchronized per part).
+// Seconds spent in each part of one run (device work is synchronized per part). attention: the
+// attention's forward and backward, which run chunk by chunk in one pass.
 struct GpuOracleTimings {
-  double upload = 0, indexer = 0, select = 0, forward = 0, loss = 0, backward = 0, download = 0, total = 0;
+  double upload = 0, indexer = 0, select = 0, attention = 0, loss = 0, download = 0, total = 0;
 };
 
 // Outputs this large and up are held on the device when GpuOracleOptions::held asks for it; the
@@ -28,7 +29,9 @@ struct GpuOracleOptions {
   Precision precision = Precision::exact;
   // [Tp, K'] global rows used by the attention and the loss instead of the indexer's top-k.
   std::optional<TensorI> attention_indices;
-  bool streaming_kl = true;              // sparse loss: reuse the attention's lse (SPEC.md §7)
+  // Sparse loss: reuse the attention's lse (SPEC.md §7). Here both forms give the forward's P bit
+  // for bit (the same logits, normalized by the same sum), so the target is taken from it.
+  bool streaming_kl = true;
   int64_t max_score_elements = 1 << 22;  // scores are returned only when Tp² is at most this
   bool indexer = true;                   // false: no scores / top-k; attention_indices is required
   bool attention = true;                 // false: scores and top-k only

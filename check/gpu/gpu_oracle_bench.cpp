@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   Dims glm = ds;
   glm.H = 64, glm.Dn = 192, glm.Dv = 256, glm.HI = 32;
   const BenchShape shapes[] = {{"deepseek-v3.2", ds}, {"glm-5", glm}};
-  std::printf("{\n  \"schema\": \"dsa-parity/gpu-oracle-bench/v1\",\n  \"seq\": %lld,\n  \"reps\": %lld,\n  \"runs\": [",
+  std::printf("{\n  \"schema\": \"dsa-parity/gpu-oracle-bench/v2\",\n  \"seq\": %lld,\n  \"reps\": %lld,\n  \"runs\": [",
               (long long)S, (long long)reps);
   bool first = true;
   for (const BenchShape& sh : shapes) {
@@ -99,10 +99,10 @@ int main(int argc, char** argv) {
       pair_total += m.total;
       std::printf("%s\n    {\"shape\": \"%s\", \"precision\": \"%s\", \"tp\": %lld, \"seconds_median\": %.4f, "
                   "\"seconds_min\": %.4f, \"seconds_max\": %.4f, \"device_stages_seconds\": %.4f, \"parts\": {\"upload\": %.4f, \"indexer_topk\": %.4f, "
-                  "\"select\": %.4f, \"forward\": %.4f, \"loss\": %.4f, \"backward\": %.4f, \"download\": %.4f}}",
+                  "\"select\": %.4f, \"attention\": %.4f, \"loss\": %.4f, \"download\": %.4f}}",
                   first ? "" : ",", sh.name, name(prec), (long long)L.tp, m.total, ts.front().total, ts.back().total,
-                  m.indexer + m.select + m.forward + m.loss + m.backward,
-                  m.upload, m.indexer, m.select, m.forward, m.loss, m.backward, m.download);
+                  m.indexer + m.select + m.attention + m.loss,
+                  m.upload, m.indexer, m.select, m.attention, m.loss, m.download);
       first = false;
     }
     std::printf(",\n    {\"shape\": \"%s\", \"precision\": \"exact+bf16\", \"seconds_median_sum\": %.4f}", sh.name,

@@ -293,7 +293,7 @@ TEST(GpuOracle, StageSwitches) {
 }
 
 // SPEC.md §7: the streaming sparse KL (reusing the attention's lse) equals the plain sparse KL to
-// fp64 rounding, gradients included.
+// fp64 rounding, gradients included (here bit for bit: both take the target from the forward's P).
 TEST(GpuOracle, StreamingKlEqualsSparse) {
   DSA_REQUIRE_DEVICE();
   const Problem p = base({40, 23}, 8);

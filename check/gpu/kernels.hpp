@@ -1,6 +1,7 @@
 // Launchers of the oracle's device kernels (one .cu file per stage of the math). R is the
 // arithmetic type and fixes the policy: double = exact (bf() is the identity), float = the bf16
-// policy of SPEC.md §8 (bf() rounds to bf16, nearest even). Every launcher runs on stream 0.
+// policy of SPEC.md §8 (bf() rounds to bf16, nearest even). Every launcher runs on the calling
+// thread's default stream.
 // Padded buffers are [B, kmax, ...] or [B, H, kmax]: slot j of row b is key keys.key(b, j) when
 // j < count[b], and every padded slot is written as 0 so that no GEMM over it adds anything.
 #pragma once
@@ -55,8 +56,12 @@ class TopkSorter {
 // ---- gather / scatter of key rows (gather_scatter.cu) ----
 // dst[b, j, :] = src[key(b, j), :] (cols wide, row stride lds) for j < count[b], 0 otherwise.
 template <class R> void gather_keys(const RowKeys& k, const R* src, int64_t lds, int64_t cols, R* dst);
-// dst[key(b, j), dst_col + :] += rows[b, j, :] for j < count[b] (atomic: keys repeat across rows).
+// dst[key(b, j), :] += rows[b, j, :] for j < count[b] (atomic: keys repeat across rows).
 template <class R> void scatter_add_keys(const RowKeys& k, const R* rows, int64_t cols, R* dst, int64_t ldd);
+// Per-slot values of a chunk ↔ the key sets' CSR order (list form): packed[offset[b] + j] =
+// padded[b, j] for j < count[b]; unpack writes 0 to the padded slots.
+template <class R> void pack_rows(const RowKeys& k, const R* padded, R* packed);
+template <class R> void unpack_rows(const RowKeys& k, const R* packed, R* padded);
 
 // ---- softmax over each row's keys (softmax_rows.cu) ----
 // For every (b, h): with l = x[b, h, :count[b]], norm = lse_in[b, h] when lse_in is given, else
@@ -78,16 +83,15 @@ template <class R> void explicit_output(const RowKeys& k, const R* Pb, const R* 
 // ---- attention backward (attention_backward.cu) ----
 // out[r] = a[r, :]·b[r, :] over n rows of len (Δ = dO_lat·O_lat, or dO·O on the explicit path).
 template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len, R* out);
-// Δ[b, h] = Σ_j P[b, h, j]·dP[b, h, j] over j < count[b]. In exact arithmetic it equals dO·O, and it is
-// exactly dP of the key that holds all the weight where P is one-hot (one key, or a saturated softmax), so
-// dP − Δ is then exactly 0 as in the CPU reference (a separately summed dO·O differs from dP by rounding).
-// The exact policy's Δ everywhere; under the bf16 policy (Δ = dO_lat·O_lat, O_lat rounded) it equals that
-// only on one-hot rows, so one_hot_only overwrites the row dot there alone.
-template <class R> void softmax_delta(const R* P, const R* dP, const int32_t* count, int64_t B, int64_t H,
-                                      int64_t kmax, bool one_hot_only, R* delta);
-// dl[b, h, j] = bf(P·(dP − Δ[b, h])) for j < count[b], 0 on padding.
-template <class R> void dlogit(const R* P, const R* dP, const R* delta, const int32_t* count, int64_t B,
-                               int64_t H, int64_t kmax, R* dl);
+// Per (b, h): Δ = Σ_j P[b, h, j]·dP[b, h, j] over j < count[b], then dl[b, h, j] = bf(P·(dP − Δ)) in
+// place of dP (0 on padding), Δ stored in delta. In exact arithmetic Σ P·dP equals dO·O, and it is
+// exactly dP of the key that holds all the weight where P is one-hot (one key, or a saturated
+// softmax), so dP − Δ is then exactly 0 as in the CPU reference (a separately summed dO·O differs
+// from dP by rounding). The exact policy's Δ everywhere; under the bf16 policy (Δ = dO_lat·O_lat,
+// O_lat rounded, given in delta) it equals that only on one-hot rows, so one_hot_only replaces
+// the given row dot there alone.
+template <class R> void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
+                                    bool one_hot_only, R* delta);
 // Explicit path: dP[b, h, j] = dO[b, h]·v[key, h].
 template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP);
 // Explicit path: dq_nope[b, h, :] = bf(s Σ_j dl·k_nope[key, h]), dq_pe[b, h, :] = bf(s Σ_j dl·k_pe[key]).
@@ -98,9 +102,9 @@ template <class R> void explicit_dq(const RowKeys& k, const R* dl, const R* k_no
 template <class R> void explicit_dkv(const RowKeys& k, const R* dl, const R* Pb, const R* q_nope, const R* q_pe,
                                      const R* dO, int64_t H, int64_t Dn, int64_t Rr, int64_t Dv, R s, R* dKn,
                                      R* dKpe, R* dVv);
-// Absorbed path: dc[t, :] = bf(dKt[t, :C] + dV[t, :]), dk_pe[t, :] = bf(dKt[t, C:]).
-template <class R> void absorbed_key_grads(const R* dKt, const R* dV, int64_t Tp, int64_t C, int64_t Rr, R* dc,
-                                           R* dk_pe);
+// Absorbed path: dc[t, :] = bf(dKt[t, :C]), dk_pe[t, :] = bf(dKt[t, C:]) (dV~ is summed into the
+// first C columns of dK~ as it is accumulated).
+template <class R> void absorbed_key_grads(const R* dKt, int64_t Tp, int64_t C, int64_t Rr, R* dc, R* dk_pe);
 
 // ---- indexer KL loss (kl_loss.cu) ----
 // T[b, j] = Σ_h A[b, h, j] / max(Σ_j Σ_h A, 1e-10): the target, a constant.
