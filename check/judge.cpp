@@ -192,6 +192,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   // Compare every tensor of the checked stages, in catalogue order.
   const double coeff_over_N = c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
   const double kl_floor = kFloorRel * kl_magnitude(exact.kl, L);
+  const LossGradMagnitudes grads = loss_grad_magnitudes(c.inputs, L, coeff_over_N);
   for (const TensorSpec* spec : result_specs()) {
     if (!c.checks(spec->stage)) continue;
     const std::string n(spec->name);
@@ -203,9 +204,12 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
       v.checks.push_back(compare_tensor(n, *f.scores, lowp.scores ? *lowp.scores : none,
                                         exact.scores ? *exact.scores : none, L, score_floor));
     } else {
-      const double floor = n == "loss" ? loss_floor(lowp.kl, exact.kl, coeff_over_N, kl_floor, L)
-                           : n == "kl"  ? kl_floor
-                                        : 0;
+      const double floor = n == "loss"   ? loss_floor(lowp.kl, exact.kl, coeff_over_N, kl_floor, L)
+                           : n == "kl"   ? kl_floor
+                           : n == "dw"   ? kFloorRel * grads.dw
+                           : n == "dq_I" ? kFloorRel * grads.dq_I
+                           : n == "dk_I" ? kFloorRel * grads.dk_I
+                                         : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;
       if (x.empty()) held = oracle.compare_held(n, *float_result(f, n), L, floor);

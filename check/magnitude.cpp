@@ -39,18 +39,23 @@ class RangeMax {
   std::vector<std::vector<double>> levels_;
 };
 
+// ‖k_I[t]‖ of every key, 0 where not finite (a poisoned pad key nobody sees).
+RangeMax key_norms(const Inputs& in, int64_t tp, int64_t DI) {
+  std::vector<double> key(static_cast<size_t>(tp));
+  for (int64_t t = 0; t < tp; ++t) {
+    const double n = norm2(in.k_I.row(t), DI);
+    key[t] = std::isfinite(n) ? n : 0.0;
+  }
+  return RangeMax(std::move(key));
+}
+
 }  // namespace
 
 double indexer_score_magnitude(const Inputs& in, const StreamLayout& L) {
   const int64_t tp = L.tp;
   if (tp == 0 || in.q_I.shape.size() != 3) return 0;
   const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
-  std::vector<double> key(static_cast<size_t>(tp));
-  for (int64_t t = 0; t < tp; ++t) {
-    const double n = norm2(in.k_I.row(t), DI);
-    key[t] = std::isfinite(n) ? n : 0.0;
-  }
-  const RangeMax key_max(std::move(key));
+  const RangeMax key_max = key_norms(in, tp, DI);
   double m = 0;
 #pragma omp parallel for schedule(static) reduction(max : m) if (tp * HI * DI > (int64_t{1} << 18))
   for (int64_t g = 0; g < tp; ++g) {
@@ -72,6 +77,30 @@ double kl_magnitude(const TensorD& kl_exact, const StreamLayout& L) {
     if (std::isfinite(kl) && n > 0) m = std::max(m, std::fabs(kl) + 2 * std::log(double(n)));
   }
   return m;
+}
+
+LossGradMagnitudes loss_grad_magnitudes(const Inputs& in, const StreamLayout& L, double coeff_over_N) {
+  const int64_t tp = L.tp;
+  if (tp == 0 || in.q_I.shape.size() != 3) return {};
+  const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
+  const RangeMax key_max = key_norms(in, tp, DI);
+  double dw = 0, dq = 0, dk = 0;
+#pragma omp parallel for schedule(static) reduction(max : dw, dq, dk) if (tp * HI * DI > (int64_t{1} << 18))
+  for (int64_t g = 0; g < tp; ++g) {
+    const int64_t b = L.key_begin(g), e = L.key_end(g);
+    if (b >= e) continue;
+    const double k = key_max(b, e);
+    double q_max = 0, w_max = 0, row = 0;
+    for (int64_t h = 0; h < HI; ++h) {
+      const double q = norm2(in.q_I.row(g) + h * DI, DI), w = std::fabs(in.w.row(g)[h]);
+      q_max = std::max(q_max, q), w_max = std::max(w_max, w), row += w * q;
+    }
+    if (std::isfinite(q_max * k)) dw = std::max(dw, q_max * k);
+    if (std::isfinite(w_max * k)) dq = std::max(dq, w_max * k);
+    if (std::isfinite(row)) dk = std::max(dk, row);
+  }
+  const double s = 2 * std::fabs(coeff_over_N);
+  return {s * dw, s * dq, s * dk};
 }
 
 }  // namespace dsa

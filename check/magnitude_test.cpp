@@ -1,6 +1,7 @@
 // The floors' magnitudes (check/magnitude.hpp). indexer_score_magnitude: equal to the brute-force
 // maximum over the visible pairs, above every exact score's sum of absolute terms, and blind to
 // keys no row sees. kl_magnitude: above Σ_t T·(|log T| + |log Q|) of every exact KL row.
+// loss_grad_magnitudes: the brute-force maxima of their formulas, and above the exact dw, dq_I.
 #include "check/magnitude.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "check/prepared_testing.hpp"
+#include "reference/core.hpp"
 #include "reference/indexer_row.hpp"
 
 namespace dsa {
@@ -112,6 +114,64 @@ TEST(KlMagnitude, BoundsTheAbsoluteTermsOfEveryRow) {
   kl.data[0] = std::nan("");
   EXPECT_EQ(kl_magnitude(kl, L), m);
   EXPECT_EQ(kl_magnitude(TensorD({L.tp}), L) > 0, true) << "2·ln n of the rows with keys";
+}
+
+double max_abs(const TensorD& t) {
+  double m = 0;
+  for (double x : t.data) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+double norm(const double* v, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += v[i] * v[i];
+  return std::sqrt(s);
+}
+
+// Over every row g with keys, every head h and every visible key t, summed the plain way.
+LossGradMagnitudes brute_force_grads(const Inputs& in, const StreamLayout& L, double coeff_over_N) {
+  const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
+  LossGradMagnitudes m;
+  for (int64_t g = 0; g < L.tp; ++g)
+    for (int64_t t = L.key_begin(g); t < L.key_end(g); ++t) {
+      double row = 0;
+      for (int64_t h = 0; h < HI; ++h) {
+        const double q = norm(in.q_I.row(g) + h * DI, DI), k = norm(in.k_I.row(t), DI);
+        const double w = std::fabs(in.w.row(g)[h]);
+        m.dw = std::max(m.dw, 2 * coeff_over_N * q * k);
+        m.dq_I = std::max(m.dq_I, 2 * coeff_over_N * w * k);
+        row += w * q;
+      }
+      m.dk_I = std::max(m.dk_I, 2 * coeff_over_N * row);
+    }
+  return m;
+}
+
+TEST(LossGradMagnitude, IsTheLargestBoundOverVisiblePairsAndBoundsTheExactGradients) {
+  for (const LossMode mode : {LossMode::sparse, LossMode::dense}) {
+    PreparedCase c = test::small_case({5, 11, 1, 9}, 4, 7);
+    c.problem.loss = mode;
+    c.problem.coeff = 0.7;
+    const StreamLayout& L = c.layout;
+    const double coeff_over_N = c.problem.coeff / double(L.counted_rows());
+    const LossGradMagnitudes m = loss_grad_magnitudes(c.inputs, L, coeff_over_N);
+    const LossGradMagnitudes b = brute_force_grads(c.inputs, L, coeff_over_N);
+    EXPECT_NEAR(m.dw, b.dw, 1e-12 * m.dw);
+    EXPECT_NEAR(m.dq_I, b.dq_I, 1e-12 * m.dq_I);
+    EXPECT_NEAR(m.dk_I, b.dk_I, 1e-12 * m.dk_I);
+    EXPECT_GT(m.dw, 0);
+    // dw and dq_I of one row are each within their bound; a key's dk_I sums many rows' shares.
+    RunOptions opt;
+    opt.precision = Precision::exact;
+    const Result r = run_core(c.problem, L, c.inputs, opt);
+    ASSERT_FALSE(r.dw.empty());
+    EXPECT_GT(max_abs(r.dw), 0.0);
+    EXPECT_LE(max_abs(r.dw), m.dw);
+    EXPECT_LE(max_abs(r.dq_I), m.dq_I);
+    // Scaled with coeff/N, and 0 without a loss.
+    EXPECT_NEAR(loss_grad_magnitudes(c.inputs, L, 2 * coeff_over_N).dw, 2 * m.dw, 1e-12 * m.dw);
+    EXPECT_EQ(loss_grad_magnitudes(c.inputs, L, 0.0).dk_I, 0.0);
+  }
 }
 
 }  // namespace
