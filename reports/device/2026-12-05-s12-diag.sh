@@ -6,11 +6,11 @@ log() { echo "[$((SECONDS - t0)) s] $*" | tee -a "$W/stages.log"; }
 trap 'cd $OUT && tar czf r.tgz w && rm -rf w' EXIT
 B=build-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=OFF >"$W/cmake.log" 2>&1 &&
-  cmake --build $B -j16 --target dsa-parity >"$W/build.log" 2>&1 || { log "build FAILED"; tail -30 "$W/build.log"; exit 1; }
+  cmake --build $B -j18 --target dsa-parity >"$W/build.log" 2>&1 || { log "build FAILED"; tail -30 "$W/build.log"; exit 1; }
 log build
-for n in 1741 2769 44 1880; do
+for n in ${CASES:-1741 2769}; do
   f=scratch/c97/case-$n.json
-  for o in gpu gpu cpu both; do
+  for o in ${ORACLES:-gpu cpu}; do
     $B/dsa-parity repro $f --backend cuda --oracle $o >"$W/case$n-$o.txt" 2>&1
     echo "rc $?" >>"$W/case$n-$o.txt"
     log "case $n oracle $o: $(grep -E '^(pass|fail) ' "$W/case$n-$o.txt" | cut -c1-6) $(grep -E ' (dW_UV|O|dw) ' "$W/case$n-$o.txt" | head -3 | tr -s ' ' | cut -c1-90 | tr '\n' '|')"
