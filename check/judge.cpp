@@ -135,7 +135,8 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   // The scores' floor is relative to what their sums pass through (check/magnitude.hpp), at
   // least to the largest |I|; so is the KL rows' below.
   auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
-  const double score_floor = kFloorRel * std::max(score_scale, indexer_score_magnitude(c.inputs, L));
+  const IndexerMagnitudes magnitudes = indexer_magnitudes(c.inputs, L);  // the loss gradients' too, below
+  const double score_floor = kFloorRel * std::max(score_scale, magnitudes.score);
   const double delta = 2 * e_l_scores + score_floor;
   auto exact_row = [&](int64_t g) {
     ScoreRow r{L.key_begin(g), {}};
@@ -192,7 +193,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   // Compare every tensor of the checked stages, in catalogue order.
   const double coeff_over_N = c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows()));
   const double kl_floor = kFloorRel * kl_magnitude(exact.kl, L);
-  const LossGradMagnitudes grads = loss_grad_magnitudes(c.inputs, L, coeff_over_N);
+  const LossGradMagnitudes grads = loss_grad_magnitudes(magnitudes, coeff_over_N);
   for (const TensorSpec* spec : result_specs()) {
     if (!c.checks(spec->stage)) continue;
     const std::string n(spec->name);

@@ -51,22 +51,30 @@ RangeMax key_norms(const Inputs& in, int64_t tp, int64_t DI) {
 
 }  // namespace
 
-double indexer_score_magnitude(const Inputs& in, const StreamLayout& L) {
+IndexerMagnitudes indexer_magnitudes(const Inputs& in, const StreamLayout& L) {
   const int64_t tp = L.tp;
-  if (tp == 0 || in.q_I.shape.size() != 3) return 0;
+  if (tp == 0 || in.q_I.shape.size() != 3) return {};
   const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
   const RangeMax key_max = key_norms(in, tp, DI);
-  double m = 0;
-#pragma omp parallel for schedule(static) reduction(max : m) if (tp * HI * DI > (int64_t{1} << 18))
+  double score = 0, q_k = 0, w_k = 0, w_q = 0;
+#pragma omp parallel for schedule(static) reduction(max : score, q_k, w_k, w_q) if (tp * HI * DI > (int64_t{1} << 18))
   for (int64_t g = 0; g < tp; ++g) {
     const int64_t b = L.key_begin(g), e = L.key_end(g);
     if (b >= e) continue;
-    double query = 0;
-    for (int64_t h = 0; h < HI; ++h) query += std::fabs(in.w.row(g)[h]) * norm2(in.q_I.row(g) + h * DI, DI);
-    if (std::isfinite(query)) m = std::max(m, query * key_max(b, e));
+    const double k = key_max(b, e);
+    double q_max = 0, w_max = 0, row = 0;  // row: Σ_h |w[g,h]|·‖q_I[g,h]‖
+    for (int64_t h = 0; h < HI; ++h) {
+      const double q = norm2(in.q_I.row(g) + h * DI, DI), w = std::fabs(in.w.row(g)[h]);
+      q_max = std::max(q_max, q), w_max = std::max(w_max, w), row += w * q;
+    }
+    if (std::isfinite(row)) score = std::max(score, row * k), w_q = std::max(w_q, row);
+    if (std::isfinite(q_max * k)) q_k = std::max(q_k, q_max * k);
+    if (std::isfinite(w_max * k)) w_k = std::max(w_k, w_max * k);
   }
-  return m;
+  return {score, q_k, w_k, w_q};
 }
+
+double indexer_score_magnitude(const Inputs& in, const StreamLayout& L) { return indexer_magnitudes(in, L).score; }
 
 double kl_magnitude(const TensorD& kl_exact, const StreamLayout& L) {
   double m = 0;
@@ -79,28 +87,9 @@ double kl_magnitude(const TensorD& kl_exact, const StreamLayout& L) {
   return m;
 }
 
-LossGradMagnitudes loss_grad_magnitudes(const Inputs& in, const StreamLayout& L, double coeff_over_N) {
-  const int64_t tp = L.tp;
-  if (tp == 0 || in.q_I.shape.size() != 3) return {};
-  const int64_t HI = in.q_I.shape[1], DI = in.q_I.shape[2];
-  const RangeMax key_max = key_norms(in, tp, DI);
-  double dw = 0, dq = 0, dk = 0;
-#pragma omp parallel for schedule(static) reduction(max : dw, dq, dk) if (tp * HI * DI > (int64_t{1} << 18))
-  for (int64_t g = 0; g < tp; ++g) {
-    const int64_t b = L.key_begin(g), e = L.key_end(g);
-    if (b >= e) continue;
-    const double k = key_max(b, e);
-    double q_max = 0, w_max = 0, row = 0;
-    for (int64_t h = 0; h < HI; ++h) {
-      const double q = norm2(in.q_I.row(g) + h * DI, DI), w = std::fabs(in.w.row(g)[h]);
-      q_max = std::max(q_max, q), w_max = std::max(w_max, w), row += w * q;
-    }
-    if (std::isfinite(q_max * k)) dw = std::max(dw, q_max * k);
-    if (std::isfinite(w_max * k)) dq = std::max(dq, w_max * k);
-    if (std::isfinite(row)) dk = std::max(dk, row);
-  }
+LossGradMagnitudes loss_grad_magnitudes(const IndexerMagnitudes& m, double coeff_over_N) {
   const double s = 2 * std::fabs(coeff_over_N);
-  return {s * dw, s * dq, s * dk};
+  return {s * m.q_k, s * m.w_k, s * m.w_q};
 }
 
 }  // namespace dsa

@@ -32,18 +32,24 @@
 
 namespace dsa {
 
-// M_I over the visible pairs of layout L (rows and keys global); non-finite inputs (poisoned pad
-// keys) are left out. 0 when no row sees a key.
+// One pass over the visible pairs of layout L (rows and keys global), maxima over the rows g that
+// see a key and their keys t: M_I (score), max ‖q_I[g,h]‖·‖k_I[t]‖ (q_k), max |w[g,h]|·‖k_I[t]‖
+// (w_k) and max Σ_h |w[g,h]|·‖q_I[g,h]‖ (w_q). Non-finite inputs (poisoned pad keys) are left out;
+// all 0 when no row sees a key.
+struct IndexerMagnitudes {
+  double score = 0, q_k = 0, w_k = 0, w_q = 0;
+};
+IndexerMagnitudes indexer_magnitudes(const Inputs& in, const StreamLayout& L);
+// M_I alone.
 double indexer_score_magnitude(const Inputs& in, const StreamLayout& L);
 
 // M_KL of the exact KL rows [Tp] over layout L (non-finite rows left out).
 double kl_magnitude(const TensorD& kl_exact, const StreamLayout& L);
 
-// The loss gradients' magnitudes above, for coeff/N = coeff_over_N; non-finite inputs (poisoned pad
-// rows) are left out. All 0 when no row sees a key.
+// The loss gradients' magnitudes above, for coeff/N = coeff_over_N: 2·coeff/N times q_k, w_k, w_q.
 struct LossGradMagnitudes {
   double dw = 0, dq_I = 0, dk_I = 0;
 };
-LossGradMagnitudes loss_grad_magnitudes(const Inputs& in, const StreamLayout& L, double coeff_over_N);
+LossGradMagnitudes loss_grad_magnitudes(const IndexerMagnitudes& m, double coeff_over_N);
 
 }  // namespace dsa

@@ -154,7 +154,7 @@ TEST(LossGradMagnitude, IsTheLargestBoundOverVisiblePairsAndBoundsTheExactGradie
     c.problem.coeff = 0.7;
     const StreamLayout& L = c.layout;
     const double coeff_over_N = c.problem.coeff / double(L.counted_rows());
-    const LossGradMagnitudes m = loss_grad_magnitudes(c.inputs, L, coeff_over_N);
+    const LossGradMagnitudes m = loss_grad_magnitudes(indexer_magnitudes(c.inputs, L), coeff_over_N);
     const LossGradMagnitudes b = brute_force_grads(c.inputs, L, coeff_over_N);
     EXPECT_NEAR(m.dw, b.dw, 1e-12 * m.dw);
     EXPECT_NEAR(m.dq_I, b.dq_I, 1e-12 * m.dq_I);
@@ -169,8 +169,8 @@ TEST(LossGradMagnitude, IsTheLargestBoundOverVisiblePairsAndBoundsTheExactGradie
     EXPECT_LE(max_abs(r.dw), m.dw);
     EXPECT_LE(max_abs(r.dq_I), m.dq_I);
     // Scaled with coeff/N, and 0 without a loss.
-    EXPECT_NEAR(loss_grad_magnitudes(c.inputs, L, 2 * coeff_over_N).dw, 2 * m.dw, 1e-12 * m.dw);
-    EXPECT_EQ(loss_grad_magnitudes(c.inputs, L, 0.0).dk_I, 0.0);
+    EXPECT_NEAR(loss_grad_magnitudes(indexer_magnitudes(c.inputs, L), 2 * coeff_over_N).dw, 2 * m.dw, 1e-12 * m.dw);
+    EXPECT_EQ(loss_grad_magnitudes(indexer_magnitudes(c.inputs, L), 0.0).dk_I, 0.0);
   }
 }
 

@@ -460,8 +460,10 @@ class Oracle {
     for (const Chunk& c : chunks) {
       const RowKeys k = dense ? dense_keys(c) : sparse_keys(c);
       if (dense) {
-        if (p_.path == Path::absorbed) project_queries(c, Qt.get());
-        if (p_.path == Path::absorbed) gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
+        if (p_.path == Path::absorbed) {
+          project_queries(c, Qt.get());
+          gather_keys<R>(k, Kt_.get(), CR_, CR_, Kg.get());
+        }
         logits(k, c, Qt.get(), Kg.get(), A.get());
         softmax_rows<R>(A.get(), nullptr, k.count, k.B, H, k.kmax, nullptr, nullptr);
         kl_target<R>(A.get(), k.count, k.B, H, k.kmax, T.get());
