@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "check/magnitude.hpp"
 #include "check/side_thread.hpp"
+#include "core/trace.hpp"
 #include "core/worker_thread.hpp"
 
 namespace dsa {
@@ -128,6 +130,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // The indexer stage of both precisions, then the top-k equivalence, δ = α·e_l(I) + floor.
   auto t0 = Clock::now();
+  std::optional<TraceSpan> span(std::in_place, "judge: indexer");
   Result exact, lowp;
   each_precision(oracle, c, [&](Precision p) {
     (p == Precision::exact ? exact : lowp) = oracle.run(c, p, {true, false, std::nullopt});
@@ -158,6 +161,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // Every stage after the indexer, once per precision, on that index set.
   t0 = Clock::now();
+  span.emplace("judge: attention and loss");
   // An oracle that can keep its outputs on its device does (they are compared there), until the
   // verdict is made.
   struct Release {
@@ -183,6 +187,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
 
   // The comparison's time includes this scan of every exact value.
   t0 = Clock::now();
+  span.emplace("judge: compare");
   if (auto why = nonfinite_exact(c, exact, oracle)) {
     v.verdict = Verdict::cannot_run;
     v.message = "the exact oracle is not finite where SPEC.md says it is: " + *why;

@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -27,6 +30,7 @@
 #include "fused/rows.hpp"
 #include "core/errors.hpp"
 #include "core/layout.hpp"
+#include "core/trace.hpp"
 #include "core/bf16.hpp"
 
 namespace dsa::fused {
@@ -174,25 +178,33 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   const int64_t Kp = S.Kp, Ka = S.Ka;
 
   // ---- inputs of this rank ----
-  auto up = [&](DBuf<uint16_t>& b, const std::vector<uint16_t>& h) { b.upload(h, st); };
+  std::optional<TraceSpan> span(std::in_place, "fused: inputs to bf16, up");
+  // DSA_FUSED_CHECK_INPUTS=1: after the run, every input buffer is read back and must hold what
+  // went up (a kernel writing out of bounds into another buffer shows up here, by name).
+  static const bool check_inputs = std::getenv("DSA_FUSED_CHECK_INPUTS") != nullptr;
+  std::vector<std::tuple<const char*, const DBuf<uint16_t>*, std::vector<uint16_t>>> sent;
+  auto up = [&](const char* name, DBuf<uint16_t>& b, std::vector<uint16_t> h) {
+    b.upload(h, st);
+    if (check_inputs) sent.emplace_back(name, &b, std::move(h));
+  };
   DBuf<uint16_t> q_nope(Tq * H * Dn, st), q_pe(Tq * H * R, st), q_I(Tq * HI * DI, st), w(Tq * HI, st), dO(Tq * H * Dv, st);
   DBuf<uint16_t> W_UK(H * Dn * C, st), W_UV(H * Dv * C, st);
   const Inputs& in = ri.in;
-  up(q_nope, rows_bf16(in.q_nope, ri.rows));
-  up(q_pe, rows_bf16(in.q_pe, ri.rows));
-  up(q_I, rows_bf16(in.q_I, ri.rows));
-  up(w, rows_bf16(in.w, ri.rows));
-  up(dO, rows_bf16(in.dO, ri.rows));
-  up(W_UK, all_bf16(in.W_UK));
-  up(W_UV, all_bf16(in.W_UV));
+  up("q_nope", q_nope, rows_bf16(in.q_nope, ri.rows));
+  up("q_pe", q_pe, rows_bf16(in.q_pe, ri.rows));
+  up("q_I", q_I, rows_bf16(in.q_I, ri.rows));
+  up("w", w, rows_bf16(in.w, ri.rows));
+  up("dO", dO, rows_bf16(in.dO, ri.rows));
+  up("W_UK", W_UK, all_bf16(in.W_UK));
+  up("W_UV", W_UV, all_bf16(in.W_UV));
   // The key rows it contributes (the rank's own rows, in some order), as rows of `in`.
   std::vector<int64_t> local_pos(Tp, -1), krows;
   for (int64_t i = 0; i < Tq; ++i) local_pos[rows[i]] = i;
   for (int64_t g : key_upload_rows(L, r)) krows.push_back(ri.rows[local_pos[g]]);
   DBuf<uint16_t> c_own(Tq * C, st), kpe_own(Tq * R, st), kI_own(Tq * DI, st);
-  up(c_own, rows_bf16(in.c, krows));
-  up(kpe_own, rows_bf16(in.k_pe, krows));
-  up(kI_own, rows_bf16(in.k_I, krows));
+  up("c_own", c_own, rows_bf16(in.c, krows));
+  up("kpe_own", kpe_own, rows_bf16(in.k_pe, krows));
+  up("kI_own", kI_own, rows_bf16(in.k_I, krows));
 
   std::vector<int32_t> h_row(Tq), h_kb(Tq), h_ke(Tq);
   std::vector<uint8_t> h_counted(Tq);
@@ -241,6 +253,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   auto B = [](const DBuf<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); };
 
   // ---- outputs, poisoned ----
+  span.emplace("fused: device work");
   DBuf<int32_t> topk(Tq * Kp, st);
   DBuf<float> scores(S.scores ? Tq * Tp : 0, st);
   DBuf<uint16_t> Qt(Tq * H * D, st), O_lat(Tq * H * C, st), O(Tq * H * Dv, st), dO_lat(Tq * H * C, st), dQt(Tq * H * D, st),
@@ -317,7 +330,14 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   comm.allreduce_sum(dW_UK.get(), dW_UK.size(), st);
   comm.allreduce_sum(dW_UV.get(), dW_UV.size(), st);
 
+  for (const auto& [name, buf, h] : sent)
+    if (buf->download(st) != TensorData<uint16_t>(h.begin(), h.end()))
+      throw std::runtime_error(std::string("DSA_FUSED_CHECK_INPUTS: input buffer ") + name +
+                               " changed during the run (a kernel wrote out of bounds)");
+
   // ---- copy back ----
+  if (tracing()) DSA_CUDA_CHECK(cudaStreamSynchronize(st));  // the span above ends when its work does
+  span.emplace("fused: download");
   out.topk = topk.download(st);
   if (S.scores) out.scores = scores.download(st);
   out.O = O.download(st);
@@ -407,6 +427,7 @@ Shared shared_of(const Problem& p, const StreamLayout& L, const FusedOptions& op
 RankResult rank_part(const Shared& S, const RankInputs& ri, DeviceComm& comm) {
   RankOut out;
   run_rank(S, ri, comm, out);
+  const TraceSpan span("fused: to doubles");
   const int64_t Tq = static_cast<int64_t>(S.L.rank_rows[comm.rank()].size());
   return to_rank_result(out, S.p.dims, Tq, S.L.tp, S.Kp, S.scores);
 }

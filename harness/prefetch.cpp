@@ -7,6 +7,7 @@
 
 #include "core/inputs.hpp"
 #include "core/layout.hpp"
+#include "core/trace.hpp"
 #include "harness/run_case.hpp"
 
 namespace dsa {
@@ -69,6 +70,7 @@ void CasePrefetch::start(const Case& c) {
   slot->bytes = bytes;
   std::shared_future<void> prepared = worker_.run([slot] {
     try {
+      const TraceSpan span("generate (ahead)");
       slot->pc = prepare_case(slot->c);
     } catch (...) {
       slot->prepare_error = std::current_exception();
@@ -125,6 +127,7 @@ void CasePrefetch::backend_free() {
     BackendAhead a;
     const auto t0 = Clock::now();
     try {
+      const TraceSpan span("backend (ahead)");
       a.run = b->run(c, slot->pc);
     } catch (...) {
       a.error = std::current_exception();

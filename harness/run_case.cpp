@@ -7,6 +7,7 @@
 
 #include "check/repeats.hpp"
 #include "core/errors.hpp"
+#include "core/trace.hpp"
 #include "harness/bucket.hpp"
 #include "harness/generate.hpp"
 
@@ -76,8 +77,10 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat, 
   PreparedCase pc;
   std::optional<BackendAhead> ahead;
   if (prefetch) {
+    const TraceSpan span("wait for inputs");
     pc = prefetch->take(asked, &generate_s, &ahead);
   } else {
+    const TraceSpan span("generate");
     const auto g0 = Clock::now();
     pc = prepare_case(c);
     generate_s = since(g0);
@@ -105,6 +108,7 @@ static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double 
   } else {
     const auto t0 = Clock::now();
     try {
+      const TraceSpan span("backend");
       run = b.run(c, pc);
     } catch (const std::exception&) {
       failed = std::current_exception();

@@ -12,6 +12,7 @@
 #include <future>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "check/gpu/blas.hpp"
@@ -20,6 +21,7 @@
 #include "check/gpu/kernels.hpp"
 #include "check/gpu/key_sets.hpp"
 #include "core/errors.hpp"
+#include "core/trace.hpp"
 
 namespace dsa {
 namespace gpu {
@@ -69,14 +71,22 @@ DeviceArray<R> upload(const TensorD& t) {
 }
 
 // The attention's host outputs, allocated ahead of the download (which writes every element).
+// Those of held_min elements and more stay on the device: only their shapes (allocating them
+// anyway cost gigabytes of host memory per precision and case at production shapes).
 struct Outputs {
-  static constexpr Uninitialized kUnset{};
   TensorD O, O_lat, lse, kl, dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe, dq_I, dk_I, dw;
-  Outputs(const Dims& d, int64_t T)
-      : O({T, d.H, d.Dv}, kUnset), O_lat({T, d.H, d.C}, kUnset), lse({T, d.H}, kUnset), kl({T}, kUnset),
-        dq_nope({T, d.H, d.Dn}, kUnset), dq_pe({T, d.H, d.R}, kUnset), dW_UK({d.H, d.Dn, d.C}, kUnset),
-        dW_UV({d.H, d.Dv, d.C}, kUnset), dc({T, d.C}, kUnset), dk_pe({T, d.R}, kUnset),
-        dq_I({T, d.HI, d.DI}, kUnset), dk_I({T, d.DI}, kUnset), dw({T, d.HI}, kUnset) {}
+  Outputs(const Dims& d, int64_t T, int64_t held_min)
+      : O(host({T, d.H, d.Dv}, held_min)), O_lat(host({T, d.H, d.C}, held_min)), lse(host({T, d.H}, held_min)),
+        kl(host({T}, std::numeric_limits<int64_t>::max())), dq_nope(host({T, d.H, d.Dn}, held_min)), dq_pe(host({T, d.H, d.R}, held_min)),
+        dW_UK(host({d.H, d.Dn, d.C}, held_min)), dW_UV(host({d.H, d.Dv, d.C}, held_min)),
+        dc(host({T, d.C}, held_min)), dk_pe(host({T, d.R}, held_min)), dq_I(host({T, d.HI, d.DI}, held_min)),
+        dk_I(host({T, d.DI}, held_min)), dw(host({T, d.HI}, held_min)) {}
+  static TensorD host(Shape s, int64_t held_min) {
+    if (numel(s) < held_min) return TensorD(std::move(s), Uninitialized{});
+    TensorD t;
+    t.shape = std::move(s);
+    return t;
+  }
 };
 
 template <class R>
@@ -127,6 +137,7 @@ class Oracle {
       : p_(p), d_(p.dims), L_(L), opt_(opt), Tp_(L.tp), CR_(p.dims.C + p.dims.R), Kw_(topk_width(p.topk, L.tp)),
         s_(static_cast<R>(p.softmax_scale)) {
     auto t0 = Clock::now();
+    const TraceSpan span(kLowp ? "bf16 oracle: upload" : "exact oracle: upload");
     q_I_ = upload<R>(in.q_I), w_ = upload<R>(in.w), k_I_ = upload<R>(in.k_I);
     // The indexer alone needs nothing else; the attention inputs (the weights alone are 29 M values
     // at production widths) go up only for a run that attends.
@@ -158,7 +169,8 @@ class Oracle {
     // The host output tensors are allocated (and zero-filled, GiBs at production shapes) on
     // another thread while the device computes.
     std::future<Outputs> outputs;
-    if (opt_.attention) outputs = std::async(std::launch::async, [this] { return Outputs(d_, Tp_); });
+    const int64_t held_min = opt_.held ? opt_.held_min_elements : std::numeric_limits<int64_t>::max();
+    if (opt_.attention) outputs = std::async(std::launch::async, [this, held_min] { return Outputs(d_, Tp_, held_min); });
     if (opt_.indexer) indexer(res);
     if (!opt_.attention) return res;
     auto t0 = Clock::now();
@@ -170,19 +182,22 @@ class Oracle {
     times_.select = seconds_since(t0);
 
     t0 = Clock::now();
+    std::optional<TraceSpan> span(std::in_place, kLowp ? "bf16 oracle: attention" : "exact oracle: attention");
     attend();
     sync();
     times_.attention = seconds_since(t0);
     t0 = Clock::now();
+    span.emplace(kLowp ? "bf16 oracle: loss" : "exact oracle: loss");
     loss(res);
     sync();
     times_.loss = seconds_since(t0);
 
     t0 = Clock::now();
+    span.emplace(kLowp ? "bf16 oracle: outputs" : "exact oracle: outputs");
     Outputs o = outputs.get();
     // Downloaded, or held on the device under its name (GpuOracleOptions::held).
     auto out = [&](const char* name, DeviceArray<R>& dev, TensorD host) {
-      if (!opt_.held || host.size() < opt_.held_min_elements) return download(dev, std::move(host));
+      if (numel(host.shape) < held_min) return download(dev, std::move(host));
       HeldTensor& h = (*opt_.held)[name];
       h.shape = host.shape;
       h.size = host.size();
@@ -229,6 +244,7 @@ class Oracle {
   // ---- indexer scores and top-k (SPEC.md §3–§4) ----
   void indexer(Result& res) {
     auto t0 = Clock::now();
+    const TraceSpan span(kLowp ? "bf16 oracle: indexer" : "exact oracle: indexer");
     const bool want_scores = Tp_ * Tp_ <= opt_.max_score_elements;
     const int64_t per_row = Tp_ * (d_.HI + 2) * int64_t(sizeof(R)) + 2 * Tp_ * int64_t(sizeof(int32_t));
     const int64_t rows = std::clamp<int64_t>(workspace_ / per_row, 1, Tp_);

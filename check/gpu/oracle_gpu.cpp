@@ -14,6 +14,7 @@
 #include "check/gpu/gpu_oracle.hpp"
 #include "check/gpu/host_transfer.hpp"
 #include "core/errors.hpp"
+#include "core/trace.hpp"
 
 namespace dsa {
 
@@ -170,6 +171,7 @@ class GpuOracle : public Oracle {
     DSA_GPU_CUDA(cudaGetDevice(&device));
     uploads_ = std::async(std::launch::async, [large, device] {
       DSA_GPU_CUDA(cudaSetDevice(device));
+      const TraceSpan span("upload backend outputs");
       Uploads up;
       for (const auto& [name, t] : large) {
         gpu::DeviceArray<double> d(t->data.size());
