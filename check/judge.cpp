@@ -137,6 +137,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   });
   // The scores' floor is relative to what their sums pass through (check/magnitude.hpp), at
   // least to the largest |I|; so is the KL rows' below.
+  span.emplace("judge: scores' error, magnitudes");
   auto [e_l_scores, score_scale] = score_error(c, exact, lowp, oracle);
   const IndexerMagnitudes magnitudes = indexer_magnitudes(c.inputs, L);  // the loss gradients' too, below
   const double score_floor = kFloorRel * std::max(score_scale, magnitudes.score);
@@ -148,6 +149,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
     return r;
   };
   std::vector<uint8_t> equivalent;
+  span.emplace("judge: top-k check");
   TensorCheck topk_check = compare_topk(f.topk, c.width, L, delta, exact_row, &equivalent);
   v.oracle_s = since(t0);
 

@@ -78,7 +78,8 @@ class DBuf {
     if (n_) DSA_CUDA_CHECK(cudaMemsetAsync(p_, byte, n_ * sizeof(T), s));
   }
   void zero(cudaStream_t s) { poison(s, 0); }
-  void upload(const std::vector<T>& h, cudaStream_t s) {
+  template <class A>
+  void upload(const std::vector<T, A>& h, cudaStream_t s) {
     if (h.size() != n_) throw std::logic_error("run_fused: upload size mismatch");
     if (n_) DSA_CUDA_CHECK(cudaMemcpyAsync(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s));
   }
@@ -99,10 +100,12 @@ class DBuf {
 // hundreds of millions of values each way); smaller ones are not worth a thread team.
 constexpr int64_t kParallelElements = int64_t(1) << 18;
 
-// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order.
-std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& rows) {
+// Rows `rows` of a [Tp, ...] tensor as bf16 bits, in the given order, in tensor memory
+// (core/tensor_memory.hpp): hundreds of MB at production shapes, whose fresh pages each case would
+// otherwise fault in again.
+TensorData<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& rows) {
   const int64_t w = t.row_size(), n = static_cast<int64_t>(rows.size());
-  std::vector<uint16_t> out(n * w);
+  TensorData<uint16_t> out(n * w);
 #pragma omp parallel for schedule(static) if (n * w > kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const double* src = t.row(rows[i]);
@@ -110,8 +113,8 @@ std::vector<uint16_t> rows_bf16(const TensorD& t, const std::vector<int64_t>& ro
   }
   return out;
 }
-std::vector<uint16_t> all_bf16(const TensorD& t) {
-  std::vector<uint16_t> out(t.size());
+TensorData<uint16_t> all_bf16(const TensorD& t) {
+  TensorData<uint16_t> out(t.size());
 #pragma omp parallel for schedule(static) if (t.size() > kParallelElements)
   for (int64_t i = 0; i < t.size(); ++i) out[i] = bf16_bits(static_cast<float>(t.data[i]));
   return out;
@@ -182,8 +185,8 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   // DSA_FUSED_CHECK_INPUTS=1: after the run, every input buffer is read back and must hold what
   // went up (a kernel writing out of bounds into another buffer shows up here, by name).
   static const bool check_inputs = std::getenv("DSA_FUSED_CHECK_INPUTS") != nullptr;
-  std::vector<std::tuple<const char*, const DBuf<uint16_t>*, std::vector<uint16_t>>> sent;
-  auto up = [&](const char* name, DBuf<uint16_t>& b, std::vector<uint16_t> h) {
+  std::vector<std::tuple<const char*, const DBuf<uint16_t>*, TensorData<uint16_t>>> sent;
+  auto up = [&](const char* name, DBuf<uint16_t>& b, TensorData<uint16_t> h) {
     b.upload(h, st);
     if (check_inputs) sent.emplace_back(name, &b, std::move(h));
   };
@@ -331,7 +334,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   comm.allreduce_sum(dW_UV.get(), dW_UV.size(), st);
 
   for (const auto& [name, buf, h] : sent)
-    if (buf->download(st) != TensorData<uint16_t>(h.begin(), h.end()))
+    if (buf->download(st) != h)
       throw std::runtime_error(std::string("DSA_FUSED_CHECK_INPUTS: input buffer ") + name +
                                " changed during the run (a kernel wrote out of bounds)");
 

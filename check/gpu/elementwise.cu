@@ -8,6 +8,9 @@ namespace {
 template <class R> __global__ void round_k(R* x, int64_t n) {
   DSA_GRID_STRIDE(i, n) x[i] = bf(x[i]);
 }
+template <class R> __global__ void widen_bf16_k(const uint16_t* bits, R* x, int64_t n) {
+  DSA_GRID_STRIDE(i, n) x[i] = static_cast<R>(__uint_as_float(uint32_t(bits[i]) << 16));
+}
 template <class R> __global__ void fill_k(R* x, int64_t n, R v) {
   DSA_GRID_STRIDE(i, n) x[i] = v;
 }
@@ -30,6 +33,11 @@ template <class R> void round_bf16_inplace(R* x, int64_t n) {
   round_k<<<grid_for(n), kBlock>>>(x, n);
   DSA_GPU_LAUNCHED();
 }
+template <class R> void widen_bf16(const uint16_t* bits, R* x, int64_t n) {
+  if (n <= 0) return;
+  widen_bf16_k<<<grid_for(n), kBlock>>>(bits, x, n);
+  DSA_GPU_LAUNCHED();
+}
 template <class R> void fill(R* x, int64_t n, R v) {
   if (n <= 0) return;
   fill_k<<<grid_for(n), kBlock>>>(x, n, v);
@@ -49,6 +57,7 @@ void copy_block(const R* src, int64_t lds, R* dst, int64_t ldd, int64_t rows, in
 
 #define DSA_INSTANTIATE(R)                                                                 \
   template void round_bf16_inplace<R>(R*, int64_t);                                        \
+  template void widen_bf16<R>(const uint16_t*, R*, int64_t);                               \
   template void fill<R>(R*, int64_t, R);                                                   \
   template void select_rows<R>(const R*, const uint8_t*, int64_t, int64_t, R*);            \
   template void copy_block<R>(const R*, int64_t, R*, int64_t, int64_t, int64_t, bool);

@@ -200,7 +200,7 @@ class Oracle {
       if (numel(host.shape) < held_min) return download(dev, std::move(host));
       HeldTensor& h = (*opt_.held)[name];
       h.shape = host.shape;
-      h.size = host.size();
+      h.size = numel(host.shape);
       h.fp32 = kLowp;
       h.memory = std::shared_ptr<void>(dev.release(), [](void* p) { pool_free(p); });
       return TensorD();

@@ -1,6 +1,8 @@
 #include "check/gpu/host_transfer.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "check/gpu/cuda_util.hpp"
+#include "check/gpu/kernels.hpp"
 
 namespace dsa::gpu {
 namespace {
@@ -75,24 +78,73 @@ class StagingLease {
   Staging* s_ = nullptr;
 };
 
-// dst[i] = D(src[i]) on several threads, each a contiguous slice.
-template <class S, class D>
-void convert(const S* src, D* dst, size_t n) {
+// f(b, e) over [0, n) on several threads, each a contiguous slice.
+template <class F>
+void on_slices(size_t n, F f) {
   const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  if (n < (size_t(1) << 18) || threads == 1) return f(size_t(0), n);
   const size_t per = (n + threads - 1) / threads;
-  if (n < (size_t(1) << 18) || threads == 1) {
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(src[i]);
-    return;
-  }
   std::vector<std::thread> pool;
   for (size_t t = 0; t < threads; ++t) {
     const size_t b = t * per, e = std::min(n, b + per);
     if (b >= e) break;
-    pool.emplace_back([=] {
-      for (size_t i = b; i < e; ++i) dst[i] = static_cast<D>(src[i]);
-    });
+    pool.emplace_back([=] { f(b, e); });
   }
   for (auto& th : pool) th.join();
+}
+
+// dst[i] = D(src[i]).
+template <class S, class D>
+void convert(const S* src, D* dst, size_t n) {
+  on_slices(n, [=](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) dst[i] = static_cast<D>(src[i]);
+  });
+}
+
+// dst[i] = the bf16 bit pattern of src[i]; false (dst then unspecified) where some value is not a
+// bf16 number exactly. NaN counts as not: its payload may mean something (core/result.hpp's
+// unwritten elements) and bf16 would not keep it.
+bool encode_bf16(const double* src, uint16_t* dst, size_t n) {
+  std::atomic<bool> exact{true};
+  on_slices(n, [&](size_t b, size_t e) {
+    bool ok = true;
+    for (size_t i = b; i < e; ++i) {
+      const float f = static_cast<float>(src[i]);
+      const uint32_t u = std::bit_cast<uint32_t>(f);
+      ok &= (static_cast<double>(f) == src[i]) & ((u & 0xFFFFu) == 0);
+      dst[i] = static_cast<uint16_t>(u >> 16);
+    }
+    if (!ok) exact = false;
+  });
+  return exact;
+}
+
+constexpr size_t kCompactMin = size_t(1) << 16;  // smaller tensors: not worth a kernel launch
+
+// to_device through bf16: each chunk encoded into pinned memory, copied up and widened on the
+// device. False (dev then partly written) at the first chunk that is not all bf16 numbers.
+template <class R>
+bool to_device_bf16(const double* host, R* dev, size_t n) {
+  StagingLease lease;
+  Staging& s = *lease;
+  const size_t chunk = kChunkBytes / sizeof(uint16_t);
+  const size_t chunks = (n + chunk - 1) / chunk;
+  DeviceArray<uint16_t> bits[2];
+  for (size_t k = 0; k < std::min<size_t>(2, chunks); ++k) bits[k].reset(std::min(chunk, n));
+  for (size_t i = 0; i < chunks; ++i) {
+    const size_t off = i * chunk, len = std::min(chunk, n - off);
+    if (i >= 2) DSA_GPU_CUDA(cudaEventSynchronize(s.done[i % 2]));  // the buffer's previous DMA is done
+    if (!encode_bf16(host + off, static_cast<uint16_t*>(s.buf[i % 2]), len)) {
+      DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));  // nothing in flight reads the staging
+      return false;
+    }
+    DSA_GPU_CUDA(cudaMemcpyAsync(bits[i % 2].get(), s.buf[i % 2], len * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                                 cudaStreamPerThread));
+    DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
+    widen_bf16<R>(bits[i % 2].get(), dev + off, static_cast<int64_t>(len));
+  }
+  DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  return true;
 }
 
 }  // namespace
@@ -124,6 +176,7 @@ void to_host(const R* dev, double* host, size_t n) {
 template <class R>
 void to_device(const double* host, R* dev, size_t n) {
   if (n == 0) return;
+  if (n >= kCompactMin && to_device_bf16(host, dev, n)) return;
   StagingLease lease;
   Staging& s = *lease;
   const size_t chunk = kChunkBytes / sizeof(R);

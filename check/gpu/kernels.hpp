@@ -15,6 +15,8 @@ namespace dsa::gpu {
 // ---- elementwise (elementwise.cu) ----
 template <class R> void round_bf16_inplace(R* x, int64_t n);          // x = bf(x)
 template <class R> void fill(R* x, int64_t n, R value);
+// x = the bf16 values whose bit patterns are `bits` (exact in fp32 and fp64).
+template <class R> void widen_bf16(const uint16_t* bits, R* x, int64_t n);
 // dst[r, :] = keep[r] ? src[r, :] : 0, selected (not multiplied): a NaN row that is not kept
 // must not turn into 0·NaN.
 template <class R> void select_rows(const R* src, const uint8_t* keep, int64_t rows, int64_t cols, R* dst);
