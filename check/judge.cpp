@@ -127,13 +127,21 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   CaseVerdict v;
   const StreamLayout& L = c.layout;
   const StageCounts before = oracle.counts();
+  // What the oracle keeps on its device for this case (its inputs, its held outputs) goes when the
+  // verdict is made.
+  struct Release {
+    Oracle& o;
+    ~Release() { o.release_held(); }
+  } release{oracle};
 
   // The indexer stage of both precisions, then the top-k equivalence, δ = α·e_l(I) + floor.
   auto t0 = Clock::now();
   std::optional<TraceSpan> span(std::in_place, "judge: indexer");
   Result exact, lowp;
   each_precision(oracle, c, [&](Precision p) {
-    (p == Precision::exact ? exact : lowp) = oracle.run(c, p, {true, false, std::nullopt});
+    StageRequest indexer{true, false, std::nullopt};
+    indexer.keep_inputs = true;
+    (p == Precision::exact ? exact : lowp) = oracle.run(c, p, indexer);
   });
   // The scores' floor is relative to what their sums pass through (check/magnitude.hpp), at
   // least to the largest |I|; so is the KL rows' below.
@@ -164,17 +172,12 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   // Every stage after the indexer, once per precision, on that index set.
   t0 = Clock::now();
   span.emplace("judge: attention and loss");
-  // An oracle that can keep its outputs on its device does (they are compared there), until the
-  // verdict is made.
-  struct Release {
-    Oracle& o;
-    ~Release() { o.release_held(); }
-  } release{oracle};
+  // An oracle that can keep its outputs on its device does (they are compared there).
   const bool hold = oracle.holds_outputs();
   if (hold) oracle.upload_backend_outputs(f);
   each_precision(oracle, c, [&](Precision precision) {
     Result& side = precision == Precision::exact ? exact : lowp;
-    Result rest = oracle.run(c, precision, {false, true, indices, hold});
+    Result rest = oracle.run(c, precision, {false, true, indices, hold, true});
     rest.scores = std::move(side.scores);
     rest.topk = std::move(side.topk);
     side = std::move(rest);

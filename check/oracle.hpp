@@ -26,6 +26,9 @@ struct StageRequest {
   // The oracle may keep large outputs on its device instead of returning them (their Result
   // tensors are then empty; compare_held compares them there). Only where holds_outputs().
   bool hold = false;
+  // The calls so marked, until release_held, are all of one case (the judge's): the oracle may keep
+  // its inputs where it computes from one call to the next instead of taking them up again.
+  bool keep_inputs = false;
 };
 
 // How many times each stage ran, per precision: what the tests assert to prove "each stage once".
@@ -72,6 +75,7 @@ class Oracle {
   // start copying them there now, while its runs compute. Each must stay alive and unchanged until
   // release_held. Default: nothing.
   virtual void upload_backend_outputs(const Result& /*fused*/) {}
+  // Ends what hold and keep_inputs kept.
   virtual void release_held() {}
   StageCounts counts() const {
     std::lock_guard<std::mutex> lock(counts_mu_);

@@ -43,6 +43,11 @@ class DualOracle : public Oracle {
   DualOracle(std::unique_ptr<Oracle> authority, std::unique_ptr<Oracle> second);
   std::string name() const override;
   std::vector<double> score_row(const PreparedCase& c, int64_t g, Precision precision) override;
+  // What either oracle kept for the case (StageRequest::keep_inputs) goes.
+  void release_held() override {
+    a_->release_held();
+    b_->release_held();
+  }
   // The agreement of every tensor since the last call, in catalogue order; resets it.
   std::vector<OracleAgreement> take_agreement();
 

@@ -12,6 +12,8 @@
 #include <future>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <type_traits>
 
@@ -69,6 +71,42 @@ DeviceArray<R> upload(const TensorD& t) {
   to_device<R>(t.data.data(), d.get(), t.data.size());
   return d;
 }
+
+}  // namespace
+}  // namespace gpu
+
+class DeviceInputs {
+ public:
+  explicit DeviceInputs(const Inputs& in) {
+    in.for_each([&](const std::string& name, const TensorD& t) {
+      gpu::DeviceArray<uint16_t> d(t.data.size());
+      if (gpu::to_device_bits(t.data.data(), d.get(), t.data.size())) bits_.emplace(name, std::move(d));
+    });
+  }
+  // `name` as R, widened from its kept bits; else taken up from the host.
+  template <class R>
+  gpu::DeviceArray<R> get(const std::string& name, const TensorD& host) const {
+    const auto it = bits_.find(name);
+    if (it == bits_.end() || it->second.size() != host.data.size()) return gpu::upload<R>(host);
+    gpu::DeviceArray<R> d(host.data.size());
+    gpu::widen_bf16<R>(it->second.get(), d.get(), static_cast<int64_t>(d.size()));
+    return d;
+  }
+
+ private:
+  std::map<std::string, gpu::DeviceArray<uint16_t>> bits_;
+};
+
+std::shared_ptr<const DeviceInputs> gpu_keep_inputs(const Inputs& in) {
+  if (!gpu_oracle_available()) throw Unavailable("gpu oracle: no CUDA device is present");
+  const TraceSpan span("gpu oracle: keep inputs");
+  auto kept = std::make_shared<const DeviceInputs>(in);
+  DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));  // other threads' runs read them
+  return kept;
+}
+
+namespace gpu {
+namespace {
 
 // The attention's host outputs, allocated ahead of the download (which writes every element).
 // Those of held_min elements and more stay on the device: only their shapes (allocating them
@@ -138,19 +176,16 @@ class Oracle {
         s_(static_cast<R>(p.softmax_scale)) {
     auto t0 = Clock::now();
     const TraceSpan span(kLowp ? "bf16 oracle: upload" : "exact oracle: upload");
-    q_I_ = upload<R>(in.q_I), w_ = upload<R>(in.w), k_I_ = upload<R>(in.k_I);
+    q_I_ = input("q_I", in.q_I), w_ = input("w", in.w), k_I_ = input("k_I", in.k_I);
     // The indexer alone needs nothing else; the attention inputs (the weights alone are 29 M values
     // at production widths) go up only for a run that attends.
     if (opt.attention) {
-      q_nope_ = upload<R>(in.q_nope), q_pe_ = upload<R>(in.q_pe), dO_ = upload<R>(in.dO);
-      W_UK_ = upload<R>(in.W_UK), W_UV_ = upload<R>(in.W_UV), c_ = upload<R>(in.c), k_pe_ = upload<R>(in.k_pe);
+      q_nope_ = input("q_nope", in.q_nope), q_pe_ = input("q_pe", in.q_pe), dO_ = input("dO", in.dO);
+      W_UK_ = input("W_UK", in.W_UK), W_UV_ = input("W_UV", in.W_UV), c_ = input("c", in.c), k_pe_ = input("k_pe", in.k_pe);
       // K~ = [c ; k_pe] per key, the operand of every absorbed logit.
-      TensorD kt({Tp_, CR_});
-      for (int64_t t = 0; t < Tp_; ++t) {
-        std::copy_n(in.c.row(t), d_.C, kt.row(t));
-        std::copy_n(in.k_pe.row(t), d_.R, kt.row(t) + d_.C);
-      }
-      Kt_ = upload<R>(kt);
+      Kt_.reset(Tp_ * CR_);
+      copy_block<R>(c_.get(), d_.C, Kt_.get(), CR_, Tp_, d_.C, false);
+      copy_block<R>(k_pe_.get(), d_.R, Kt_.get() + d_.C, CR_, Tp_, d_.R, false);
     }
     std::vector<int32_t> kb(Tp_), ke(Tp_);
     for (int64_t g = 0; g < Tp_; ++g) kb[g] = int32_t(L.key_begin(g)), ke[g] = int32_t(L.key_end(g));
@@ -227,6 +262,11 @@ class Oracle {
   }
 
   const GpuOracleTimings& times() const { return times_; }
+
+  // An input as R: widened from the case's kept inputs when there are some, else taken up.
+  DeviceArray<R> input(const char* name, const TensorD& t) const {
+    return opt_.kept_inputs ? opt_.kept_inputs->get<R>(name, t) : upload<R>(t);
+  }
 
  private:
   // N of SPEC.md §7: rows under attend, real rows under masked; at least 1.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "check/gpu/held.hpp"
@@ -25,8 +26,16 @@ struct GpuOracleTimings {
 // small ones (lse of small cases, KL, the loss) come back to the host as always.
 inline constexpr int64_t kHeldElements = int64_t{1} << 20;
 
+// A case's inputs on the device, kept for every run of that case (both precisions, the indexer and
+// the attention): each tensor whose values are all bf16 numbers (the generated ones are) as its bf16
+// bit patterns, which a run widens there into its own precision; a run takes any other tensor up
+// itself. Taking the fp64 inputs up per precision and stage had cost more than the attention.
+class DeviceInputs;
+std::shared_ptr<const DeviceInputs> gpu_keep_inputs(const Inputs& in);
+
 struct GpuOracleOptions {
   Precision precision = Precision::exact;
+  const DeviceInputs* kept_inputs = nullptr;  // this run's case's, when kept
   // [Tp, K'] global rows used by the attention and the loss instead of the indexer's top-k.
   std::optional<TensorI> attention_indices;
   // Sparse loss: reuse the attention's lse (SPEC.md §7). Here both forms give the forward's P bit

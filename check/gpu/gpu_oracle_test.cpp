@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -326,6 +327,34 @@ TEST(GpuOracle, ScoresOnlyWhenSmall) {
   EXPECT_TRUE(with.scores.has_value());
   EXPECT_FALSE(without.scores.has_value());
   EXPECT_EQ(with.topk.data, without.topk.data);
+}
+
+// The inputs kept on the device for every run of a case (gpu_keep_inputs: bf16 bit patterns widened
+// there) give the same bits as each run taking them up, under both policies, with one input that
+// is not all bf16 numbers (that one goes up per run).
+TEST(GpuOracle, KeptInputsGiveTheSameBitsAsUploads) {
+  DSA_REQUIRE_DEVICE();
+  const Problem p = base({40, 23}, 8);
+  const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+  Inputs in = test::random_inputs(p.dims, L.tp, 77);
+  in.q_pe.data[3] += std::ldexp(in.q_pe.data[3], -20);  // more mantissa than bf16 has
+  const auto kept = gpu_keep_inputs(in);
+  for (Precision precision : {Precision::exact, Precision::bf16}) {
+    GpuOracleOptions o;
+    o.precision = precision;
+    const Result up = gpu_oracle_run(p, L, in, o);
+    o.kept_inputs = kept.get();
+    const Result from_kept = gpu_oracle_run(p, L, in, o);
+    EXPECT_EQ(up.topk.data, from_kept.topk.data);
+    const Tensors a = floats(up), b = floats(from_kept);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const TensorD &x = *a[i].second, &y = *b[i].second;
+      ASSERT_EQ(x.shape, y.shape) << a[i].first;
+      EXPECT_EQ(0, std::memcmp(x.data.data(), y.data.data(), x.data.size() * sizeof(double)))
+          << a[i].first << (precision == Precision::exact ? " (exact)" : " (bf16)");
+    }
+  }
 }
 
 // Bad requests are InvalidInput before any device work (so this runs without a device too).

@@ -121,28 +121,12 @@ bool encode_bf16(const double* src, uint16_t* dst, size_t n) {
 
 constexpr size_t kCompactMin = size_t(1) << 16;  // smaller tensors: not worth a kernel launch
 
-// to_device through bf16: each chunk encoded into pinned memory, copied up and widened on the
-// device. False (dev then partly written) at the first chunk that is not all bf16 numbers.
+// to_device through bf16: the bit patterns up, widened on the device.
 template <class R>
 bool to_device_bf16(const double* host, R* dev, size_t n) {
-  StagingLease lease;
-  Staging& s = *lease;
-  const size_t chunk = kChunkBytes / sizeof(uint16_t);
-  const size_t chunks = (n + chunk - 1) / chunk;
-  DeviceArray<uint16_t> bits[2];
-  for (size_t k = 0; k < std::min<size_t>(2, chunks); ++k) bits[k].reset(std::min(chunk, n));
-  for (size_t i = 0; i < chunks; ++i) {
-    const size_t off = i * chunk, len = std::min(chunk, n - off);
-    if (i >= 2) DSA_GPU_CUDA(cudaEventSynchronize(s.done[i % 2]));  // the buffer's previous DMA is done
-    if (!encode_bf16(host + off, static_cast<uint16_t*>(s.buf[i % 2]), len)) {
-      DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));  // nothing in flight reads the staging
-      return false;
-    }
-    DSA_GPU_CUDA(cudaMemcpyAsync(bits[i % 2].get(), s.buf[i % 2], len * sizeof(uint16_t), cudaMemcpyHostToDevice,
-                                 cudaStreamPerThread));
-    DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
-    widen_bf16<R>(bits[i % 2].get(), dev + off, static_cast<int64_t>(len));
-  }
+  DeviceArray<uint16_t> bits(n);
+  if (!to_device_bits(host, bits.get(), n)) return false;
+  widen_bf16<R>(bits.get(), dev, static_cast<int64_t>(n));
   DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
   return true;
 }
@@ -190,6 +174,28 @@ void to_device(const double* host, R* dev, size_t n) {
     DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
   }
   DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+// Each chunk encoded into pinned memory while the one before is copied up.
+bool to_device_bits(const double* host, uint16_t* dev, size_t n) {
+  if (n == 0) return true;
+  StagingLease lease;
+  Staging& s = *lease;
+  const size_t chunk = kChunkBytes / sizeof(uint16_t);
+  const size_t chunks = (n + chunk - 1) / chunk;
+  for (size_t i = 0; i < chunks; ++i) {
+    const size_t off = i * chunk, len = std::min(chunk, n - off);
+    if (i >= 2) DSA_GPU_CUDA(cudaEventSynchronize(s.done[i % 2]));  // the buffer's previous DMA is done
+    if (!encode_bf16(host + off, static_cast<uint16_t*>(s.buf[i % 2]), len)) {
+      DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));  // nothing in flight reads the staging
+      return false;
+    }
+    DSA_GPU_CUDA(cudaMemcpyAsync(dev + off, s.buf[i % 2], len * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                                 cudaStreamPerThread));
+    DSA_GPU_CUDA(cudaEventRecord(s.done[i % 2], cudaStreamPerThread));
+  }
+  DSA_GPU_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  return true;
 }
 
 template void to_host<float>(const float*, double*, size_t);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace dsa::gpu {
 
@@ -15,5 +16,8 @@ template <class R> void to_host(const R* dev, double* host, size_t n);
 // the device: at production shapes the uploads of fp64 tensors had made the link the judge's
 // bottleneck (5–6 GB per case at DeepSeek-V3.2, S 4096).
 template <class R> void to_device(const double* host, R* dev, size_t n);
+// dev[0, n) = the bf16 bit patterns of host[0, n); false (dev then partly written) where some value
+// is not a bf16 number (NaN included: its payload may mean something).
+bool to_device_bits(const double* host, uint16_t* dev, size_t n);
 
 }  // namespace dsa::gpu

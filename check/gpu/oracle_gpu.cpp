@@ -93,6 +93,8 @@ class GpuOracle : public Oracle {
     if (runs_precisions_at_once(c)) opt.max_workspace_bytes = kSharedWorkspaceBytes;
     gpu::HeldOutputs held;
     if (req.hold && req.attention) opt.held = &held, opt.held_min_elements = hold_min_elements_;
+    const std::shared_ptr<const DeviceInputs> inputs = req.keep_inputs ? kept_inputs(c) : nullptr;
+    opt.kept_inputs = inputs.get();
     Result r = gpu_oracle_run(c.problem, c.layout, c.inputs, opt);
     if (opt.held) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -184,12 +186,24 @@ class GpuOracle : public Oracle {
 
   void release_held() override {
     wait_uploads();
+    {
+      std::lock_guard<std::mutex> lock(inputs_mu_);
+      inputs_.reset(), inputs_case_ = nullptr;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     held_[0].clear(), held_[1].clear();
     uploaded_.clear();
   }
 
  private:
+  // Case c's inputs on the device: taken up by the first of its runs (the other precision's run
+  // waits for them here), kept until release_held.
+  std::shared_ptr<const DeviceInputs> kept_inputs(const PreparedCase& c) {
+    std::lock_guard<std::mutex> lock(inputs_mu_);
+    if (!inputs_ || inputs_case_ != &c) inputs_ = gpu_keep_inputs(c.inputs), inputs_case_ = &c;
+    return inputs_;
+  }
+
   using Uploads = std::map<std::string, gpu::DeviceArray<double>>;
 
   // The upload in flight, finished. Never throws (release_held runs in destructors): a failed
@@ -226,6 +240,9 @@ class GpuOracle : public Oracle {
   std::mutex mu_;
   std::deque<Block> blocks_[2];  // exact, bf16
   gpu::HeldOutputs held_[2];     // exact, bf16: the last held run's
+  std::mutex inputs_mu_;
+  std::shared_ptr<const DeviceInputs> inputs_;  // kept_inputs's, of case inputs_case_
+  const PreparedCase* inputs_case_ = nullptr;
   std::future<Uploads> uploads_;  // upload_backend_outputs's, in flight
   Uploads uploaded_;              // ... and done, until compare_held takes them
   const int64_t hold_min_elements_;
