@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "check/compare.hpp"
+#include "check/magnitude.hpp"
 #include "core/catalogue.hpp"
 
 namespace dsa {
@@ -112,6 +113,11 @@ OracleAgreement& DualOracle::slot(const std::string& tensor) {
   return seen_.back();
 }
 
+double DualOracle::magnitude(const std::string& tensor, const TensorD& exact) const {
+  const auto m = magnitudes_.find(tensor);
+  return std::max(max_abs_finite(exact), m != magnitudes_.end() ? m->second : 0.0);
+}
+
 void DualOracle::record(const std::string& tensor, const TensorD& a, const TensorD& b) {
   OracleAgreement& s = slot(tensor);
   if (a.shape != b.shape) {
@@ -119,7 +125,7 @@ void DualOracle::record(const std::string& tensor, const TensorD& a, const Tenso
     return;
   }
   int64_t pattern = -1, worst = 0;
-  const double scale = max_abs_finite(a), e = max_abs_diff(a, b, pattern, &worst);
+  const double scale = magnitude(tensor, a), e = max_abs_diff(a, b, pattern, &worst);
   const double rel = scale > 0 ? e / scale : (e > 0 ? INFINITY : 0);
   s.exact_rel = std::max(s.exact_rel, rel);
   s.compared += static_cast<int64_t>(a.data.size());
@@ -142,7 +148,7 @@ void DualOracle::judge_exact(const std::string& tensor, double e_l_a) {
   OracleAgreement& s = slot(tensor);
   const double limit = std::max(kOracleExactRel * p.scale, kOracleExactOfLowp * e_l_a);
   if (p.e > limit && s.detail.empty())
-    s.detail = "exact: max|B - A| = " + fmt(p.e) + " > " + fmt(limit) + " (1e-12 of max|A| = " + fmt(p.scale) +
+    s.detail = "exact: max|B - A| = " + fmt(p.e) + " > " + fmt(limit) + " (1e-12 of M = " + fmt(p.scale) +
                ", 1e-6 of e_l(A) = " + fmt(e_l_a) + "), " + p.where;
 }
 
@@ -155,7 +161,7 @@ void DualOracle::record_lowp(const std::string& tensor, const TensorD& x, const 
   int64_t pa = -1, pb = -1;
   const double e_a = max_abs_diff(a, x, pa), e_b = max_abs_diff(b, x, pb);
   judge_exact(tensor, e_a);
-  const double bound = std::max(e_a, kFloorRel * max_abs_finite(x));
+  const double bound = std::max(e_a, kFloorRel * magnitude(tensor, x));
   const double ratio = bound > 0 ? e_b / bound : (e_b > 0 ? INFINITY : 0);
   if (ratio > s.lowp_ratio) s.lowp_ratio = ratio, s.e_l_a = e_a, s.e_l_b = e_b;
   if (!s.detail.empty()) return;
@@ -167,6 +173,14 @@ void DualOracle::record_lowp(const std::string& tensor, const TensorD& x, const 
 }
 
 Result DualOracle::compute(const PreparedCase& c, Precision precision, const StageRequest& req) {
+  if (magnitudes_of_ != &c) {  // the case's magnitudes, once (a pass over its visible pairs)
+    const StreamLayout& L = c.layout;
+    const IndexerMagnitudes m = indexer_magnitudes(c.inputs, L);
+    const LossGradMagnitudes g =
+        loss_grad_magnitudes(m, c.problem.coeff / std::max<double>(1.0, static_cast<double>(L.counted_rows())));
+    magnitudes_ = {{"scores", m.score}, {"dw", g.dw}, {"dq_I", g.dq_I}, {"dk_I", g.dk_I}};
+    magnitudes_of_ = &c;
+  }
   Result a = a_->run(c, precision, req);
   Result b = b_->run(c, precision, req);
   const auto key = std::make_pair(req.indexer, req.attention);

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "check/judge.hpp"
+#include "check/magnitude.hpp"
 #include "check/prepared_testing.hpp"
 #include "reference/core.hpp"
 
@@ -115,6 +116,35 @@ TEST(OracleBoth, ALowpOracleTwiceAsFarFromTheTruthDisagrees) {
   const OracleAgreement* lse = row_of(v.oracle_agreement, "lse");
   ASSERT_NE(lse, nullptr);
   EXPECT_TRUE(lse->agrees()) << lse->detail;
+}
+
+// One-token sequences: every row's only key gets the whole weight, Q = T, and the loss gradients are
+// sums of terms that cancel exactly. Two fp64 orders of them may leave 1e-17 where the other leaves 0
+// (nightly seed 98 case 21 on the H100: dw −1.4e-17 against 0): agreement, since the rule is
+// relative to the terms' size (check/magnitude.hpp). A thousandth of that size is still named.
+TEST(OracleBoth, CancellingLossGradientsAreJudgedAgainstTheirTermsSize) {
+  PreparedCase c = test::small_case({1, 1, 1}, 4, 3);
+  c.problem.pad_rows = PadRows::masked;  // pad rows see no key: every row sees exactly one
+  c = prepare(c.problem, c.inputs, std::nullopt, c.stages);
+  const IndexerMagnitudes m = indexer_magnitudes(c.inputs, c.layout);
+  const double M = loss_grad_magnitudes(m, c.problem.coeff / double(c.layout.counted_rows())).dw;
+  ASSERT_GT(M, 0);
+  auto with_dw = [&](double v) {
+    return std::make_unique<Skewed>(Precision::exact, [v](const Result&, Result& r) {
+      if (!r.dw.data.empty()) r.dw.data[0] = v;
+    });
+  };
+  DualOracle noise(make_cpu_oracle(), with_dw(1e-17));
+  const CaseVerdict quiet = judge(c, lowp_backend(c), noise);
+  const OracleAgreement* dw = row_of(quiet.oracle_agreement, "dw");
+  ASSERT_NE(dw, nullptr);
+  EXPECT_TRUE(dw->agrees()) << dw->detail;
+  DualOracle off(make_cpu_oracle(), with_dw(1e-3 * M));
+  const CaseVerdict loud = judge(c, lowp_backend(c), off);
+  dw = row_of(loud.oracle_agreement, "dw");
+  ASSERT_NE(dw, nullptr);
+  EXPECT_FALSE(dw->agrees());
+  EXPECT_NE(dw->detail.find("exact"), std::string::npos) << dw->detail;
 }
 
 TEST(OracleBoth, MergeKeepsTheWorstOfEachFigure) {

@@ -331,7 +331,8 @@ TEST(GpuOracle, ScoresOnlyWhenSmall) {
 
 // The inputs kept on the device for every run of a case (gpu_keep_inputs: bf16 bit patterns widened
 // there) give the same bits as each run taking them up, under both policies, with one input that
-// is not all bf16 numbers (that one goes up per run).
+// is not all bf16 numbers (that one goes up per run); the atomically scattered key gradients the
+// same to rounding.
 TEST(GpuOracle, KeptInputsGiveTheSameBitsAsUploads) {
   DSA_REQUIRE_DEVICE();
   const Problem p = base({40, 23}, 8);
@@ -349,10 +350,21 @@ TEST(GpuOracle, KeptInputsGiveTheSameBitsAsUploads) {
     const Tensors a = floats(up), b = floats(from_kept);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
+      const std::string& n = a[i].first;
       const TensorD &x = *a[i].second, &y = *b[i].second;
-      ASSERT_EQ(x.shape, y.shape) << a[i].first;
+      ASSERT_EQ(x.shape, y.shape) << n;
+      // The key gradients are summed by atomic scatters, in no fixed order: equal to rounding.
+      if (n == "dc" || n == "dk_pe" || n == "dk_I") {
+        if (precision == Precision::exact) {
+          EXPECT_TRUE(exact_close(n, y, x));
+        } else {
+          const Err e = diff(y, x);
+          EXPECT_TRUE(e.pattern_ok && e.max <= std::ldexp(test::max_abs(x), -7)) << n << " (bf16): " << e.max;
+        }
+        continue;
+      }
       EXPECT_EQ(0, std::memcmp(x.data.data(), y.data.data(), x.data.size() * sizeof(double)))
-          << a[i].first << (precision == Precision::exact ? " (exact)" : " (bf16)");
+          << n << (precision == Precision::exact ? " (exact)" : " (bf16)");
     }
   }
 }
