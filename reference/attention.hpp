@@ -2,6 +2,8 @@
 // Members of detail::Rank (rank.hpp), included by core.cpp only.
 #pragma once
 
+#include <optional>
+
 #include "reference/rank.hpp"
 
 namespace dsa::detail {
@@ -57,6 +59,7 @@ void Rank<P>::attention_forward(RankOutput& out) {
   lse_.resize(Tq_, H);
   lse_.setConstant(-std::numeric_limits<R>::infinity());
   O_.resize(Tq_, H * d_.Dv);
+  std::optional<TraceSpan> span(std::in_place, "reference: forward rows");
 #pragma omp parallel if (parallel_)
   {
     Buffer<R> K_buf(max_keys_ * CR_), l_buf(H * max_keys_);
@@ -86,6 +89,7 @@ void Rank<P>::attention_forward(RankOutput& out) {
       }
     }
   }
+  span.emplace("reference: O projection");
   bf_inplace<P>(O_lat_);
   if (p_.path == Path::absorbed) {
 #pragma omp parallel for schedule(static) if (parallel_)
@@ -94,6 +98,7 @@ void Rank<P>::attention_forward(RankOutput& out) {
           O_lat_.middleCols(h * C, C) * W_UV_.middleRows(h * d_.Dv, d_.Dv).transpose();
   }
   bf_inplace<P>(O_);
+  span.emplace("reference: forward outputs");
   out.O = to_tensor<R>(O_, {Tq_, d_.H, d_.Dv});
   out.O_lat = to_tensor<R>(O_lat_, {Tq_, d_.H, d_.C});
   out.lse = to_tensor<R>(lse_, {Tq_, d_.H});
@@ -196,6 +201,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
   std::vector<Held<R>> dK(nthreads), dV(nthreads);
 
+  std::optional<TraceSpan> span(std::in_place, "reference: backward rows");
 #pragma omp parallel if (parallel_)
   {
     const int tid = omp_get_thread_num();
@@ -238,6 +244,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
       }
     }
   }
+  span.emplace("reference: backward key-side sums");
   for (int t = 1; t < nthreads; ++t) {
     if (dK[t].size() == 0) continue;  // a team smaller than asked for
     dK[0] += dK[t];
@@ -245,6 +252,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
   }
 
   // Key-side and weight gradients.
+  span.emplace("reference: dW_UV, dc, outputs");
   Held<R> dc_partial(Tp_, C), dk_pe_partial(Tp_, Rr);
   if (absorbed) {
 #pragma omp parallel for schedule(static) if (parallel_)

@@ -2,6 +2,8 @@
 // Members of detail::Rank (rank.hpp), included by core.cpp only.
 #pragma once
 
+#include <optional>
+
 #include "reference/rank.hpp"
 
 namespace dsa::detail {
@@ -39,6 +41,7 @@ void Rank<P>::loss(RankOutput& out) {
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is
   // only a bound on live memory here. Its A_h reuses the attention's lse instead of a softmax.
   const int64_t most = sparse ? max_keys_ : max_visible();
+  std::optional<TraceSpan> span(std::in_place, "reference: loss rows");
 #pragma omp parallel if (parallel_)
   {
     const int tid = omp_get_thread_num();
@@ -103,6 +106,7 @@ void Rank<P>::loss(RankOutput& out) {
       if (!streaming) break;
     }
   }
+  span.emplace("reference: loss sums, outputs");
   for (int t = 1; t < nthreads; ++t) dkI[0] += dkI[t];
 
   // Each rank contributes coeff·Σ KL / N; with the global N the contributions sum to L.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor_memory.hpp"
+#include "core/trace.hpp"
 #include "reference/comm.hpp"
 #include "reference/core.hpp"
 #include "reference/eigen_maps.hpp"
@@ -155,6 +156,7 @@ class Rank {
  public:
   Rank(const Problem& p, const StreamLayout& L, const Inputs& in, const RunOptions& opt, const RankPlan& plan)
       : p_(p), d_(p.dims), L_(L), opt_(opt), plan_(plan), vis_{L, opt.mutant} {
+    const TraceSpan span("reference: inputs to matrices");
     Tq_ = static_cast<int64_t>(plan.rows.size());
     Tp_ = L.tp;
     CR_ = d_.C + d_.R;
@@ -181,16 +183,32 @@ class Rank {
     parallel_ = work >= 1e8;
   }
 
+  // Each stage a DSA_TRACE span (core/trace.hpp): where a many-core run stops scaling.
   RankOutput run() {
     RankOutput out;
-    if (opt_.indexer) indexer(out);
+    if (opt_.indexer) {
+      const TraceSpan span("reference: indexer and top-k");
+      indexer(out);
+    }
     if (!opt_.attention) return out;
-    select_keys();
-    if (p_.path == Path::absorbed) project_queries();
-    else materialize_explicit_keys();
-    attention_forward(out);
-    loss(out);
-    if (opt_.attention_backward) attention_backward(out);
+    {
+      const TraceSpan span("reference: S(g), Q~ projection");
+      select_keys();
+      if (p_.path == Path::absorbed) project_queries();
+      else materialize_explicit_keys();
+    }
+    {
+      const TraceSpan span("reference: attention forward");
+      attention_forward(out);
+    }
+    {
+      const TraceSpan span("reference: indexer loss");
+      loss(out);
+    }
+    if (opt_.attention_backward) {
+      const TraceSpan span("reference: attention backward");
+      attention_backward(out);
+    }
     return out;
   }
 

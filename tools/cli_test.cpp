@@ -465,7 +465,7 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   EXPECT_EQ(registered.at("replay"), with(session, {"--shard"}));
   EXPECT_EQ(registered.at("merge"), with({}, {"--out", "--junit", "--html", "--keep-worst"}));
   EXPECT_EQ(registered.at("shrink"), with(limits, {"--backend", "--out", "--time-budget", "--comm"}));
-  EXPECT_EQ(registered.at("export"), with(limits, {"--out"}));
+  EXPECT_EQ(registered.at("export"), with(limits, {"--out", "--backend", "--comm"}));
   EXPECT_EQ(registered.at("exec-worker"), with(limits, {"--backend"}));
   EXPECT_EQ(registered.at("layout"), with(limits, {"--seqlens", "--cp", "--layout", "--pad-multiple", "--json"}));
   EXPECT_EQ(registered.at("catalogue"), with({}, {"--json"}));

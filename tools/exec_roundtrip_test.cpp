@@ -91,6 +91,32 @@ TEST(Export, WritesInputsAndTheExactOutputs) {
   EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "malformed/topk_zero.json") + " --out /tmp/x").code, 2);
 }
 
+// --backend B adds B's outputs, as B returned them: the lowp backend's here, bit for bit; a name
+// that is not a backend is bad input before anything is written.
+TEST(Export, WritesTheBackendsOutputsBesideTheExactOnes) {
+  const auto dir = fs::temp_directory_path() / "dsa-export-backend-test";
+  fs::remove_all(dir);
+  const auto [code, out] =
+      sh(quote(kBin) + " export " + quote(kData + "valid_full.json") + " --out " + quote(dir.string()) + " --backend lowp");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("backend.safetensors (lowp)"), std::string::npos) << out;
+  const Case c = load_case(kData + "valid_full.json");
+  const Result lowp = make_backend("lowp")->run(c, prepare_case(c)).result;
+  const Result back = exec::read_outputs((dir / "backend.safetensors").string(), c);
+  expect_same(back, lowp, "export --backend lowp");
+  EXPECT_FALSE(back.dW_UV.empty());
+  const Result exact = exec::read_outputs((dir / "exact.safetensors").string(), c);
+  EXPECT_NE(exact.O.data, back.O.data);  // two precisions: not the same file twice
+  fs::remove_all(dir);
+  const auto bad = sh(quote(kBin) + " export " + quote(kData + "valid_full.json") + " --out " + quote(dir.string()) +
+                      " --backend nosuch");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(sh(quote(kBin) + " export " + quote(kData + "valid_full.json") + " --out " + quote(dir.string()) +
+               " --comm local").code, 2);  // --comm without --backend
+  fs::remove_all(dir);
+}
+
 TEST(Mutants, ListsEveryPlantedBug) {
   const auto [code, out] = sh(quote(kBin) + " mutants");
   ASSERT_EQ(code, 0);
