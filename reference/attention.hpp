@@ -73,9 +73,8 @@ void Rank<P>::attention_forward(RankOutput& out) {
         continue;
       }
       const int64_t n = static_cast<int64_t>(keys.size());
-      auto K = K_buf.as(n, CR_);  // V~ = K.leftCols(C)
-      auto Pb = l_buf.as(H, n);   // the logits, then P rounded in place
-      gather_rows_into(Kt_, keys, K);
+      const auto K = key_rows(Kt_, keys, K_buf);  // V~ = K.leftCols(C)
+      auto Pb = l_buf.as(H, n);                    // the logits, then P rounded in place
       logits(i, keys, K, Pb);
       for (int64_t h = 0; h < H; ++h) {
         lse_(i, h) = row_lse(Pb.row(h).transpose());
@@ -121,11 +120,10 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
     return;
   }
   const R s_dq = opt_.mutant == Mutant::dq_missing_scale ? R(1) : s_;
-  auto K = w.K.as(n, CR_);  // V~ = K.leftCols(C)
+  const auto K = key_rows(Kt_, keys, w.K);  // V~ = K.leftCols(C)
   auto Pf = w.Pf.as(H, n);  // the logits, then P in fp32, recomputed from the stored lse
   auto Pb = w.Pb.as(H, n);  // P rounded: the operand of dV~
   auto dl = w.dl.as(H, n);  // dP, then dlogit in place
-  gather_rows_into(Kt_, keys, K);
   logits(i, keys, K, Pf);
   for (int64_t h = 0; h < H; ++h) {
     R lse = lse_(i, h);
@@ -152,6 +150,11 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
     // dQ~ = s·dlogit·K~ [H, n]·[n, C+R]; the key rows' dK~ = s·dlogitᵀ·Q~ and dV~ = Pᵀ·dO_lat.
     Eigen::Map<const Mat<R>> Q(Qt_.row(i).data(), H, CR_), dOl(dO_lat_row, H, C);
     dQ.noalias() = s_dq * (dl * K);
+    if (consecutive(keys)) {  // the key rows' partials are one block: the GEMMs add into it
+      dK.middleRows(keys.front(), n).noalias() += s_ * (dl.transpose() * Q);
+      dV.middleRows(keys.front(), n).noalias() += Pb.transpose() * dOl;
+      return;
+    }
     auto dKrows = w.dKrows.as(n, CR_);
     auto dVrows = w.dVrows.as(n, C);
     dKrows.noalias() = s_ * (dl.transpose() * Q);
@@ -189,8 +192,8 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int64_t qcols = absorbed ? CR_ : Dn + Rr;  // dQ columns per head
   const int64_t block = std::min<int64_t>(kBackwardRows, std::max<int64_t>(Tq_, 1));
   Held<R> dO_lat(absorbed ? block : 0, H * C), dQ(block, H * qcols);
-  out.dq_nope = TensorD({Tq_, H, Dn});
-  out.dq_pe = TensorD({Tq_, H, Rr});
+  out.dq_nope = TensorD({Tq_, H, Dn}, Uninitialized{});  // every block's rows written below
+  out.dq_pe = TensorD({Tq_, H, Rr}, Uninitialized{});
   Held<R> dW_UK = Held<R>::zero(H * Dn, C), dW_UV(H * Dv, C);
 
   // Key-side accumulators: absorbed dK~ [Tp, C+R] and dV~ [Tp, C]; explicit dk_nope, dk_pe, dv.

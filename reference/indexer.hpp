@@ -53,9 +53,8 @@ void Rank<P>::indexer(RankOutput& out) {
       const int64_t g = plan_.rows[i];
       const auto keys = visible_keys(g);
       const int64_t n = static_cast<int64_t>(keys.size());
-      auto kI = kI_buf.as(n, d_.DI);
+      const auto kI = key_rows(k_I_, keys, kI_buf);  // visible keys are one run: k_I's own rows
       auto u = u_buf.as(n, d_.HI);
-      gather_rows_into(k_I_, keys, kI);
       indexer_u(i, kI, u);
       const Vec<R> I = indexer_scores(i, u);
       std::vector<double> sc(I.data(), I.data() + I.size());
@@ -71,17 +70,20 @@ void Rank<P>::indexer(RankOutput& out) {
 template <class P>
 void Rank<P>::select_keys() {
   S_.assign(Tq_, {});
-  max_keys_ = 0;
+  int64_t most = 0;
+#pragma omp parallel for schedule(static) reduction(max : most) if (parallel_)
   for (int64_t i = 0; i < Tq_; ++i) {
     const int64_t g = plan_.rows[i];
     const int32_t* row = opt_.attention_indices ? opt_.attention_indices->row(plan_.own_rows[i]) : topk_->row(i);
     const int64_t width = opt_.attention_indices ? opt_.attention_indices->row_size() : Kw_;
+    auto& keys = S_[i];
     for (int64_t j = 0; j < width; ++j)
-      if (int64_t t = vis_.attention_key(g, row[j]); t >= 0) S_[i].push_back(t);
-    std::sort(S_[i].begin(), S_[i].end());
-    S_[i].erase(std::unique(S_[i].begin(), S_[i].end()), S_[i].end());
-    max_keys_ = std::max(max_keys_, static_cast<int64_t>(S_[i].size()));
+      if (int64_t t = vis_.attention_key(g, row[j]); t >= 0) keys.push_back(t);
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    most = std::max(most, static_cast<int64_t>(keys.size()));
   }
+  max_keys_ = most;
 }
 
 }  // namespace dsa::detail

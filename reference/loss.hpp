@@ -57,9 +57,8 @@ void Rank<P>::loss(RankOutput& out) {
         const std::vector<int64_t> keys = sparse ? S_[i] : visible_keys(g);
         if (keys.empty()) continue;
         const int64_t n = static_cast<int64_t>(keys.size());
-        auto K = K_buf.as(n, CR_);
+        const auto K = key_rows(Kt_, keys, K_buf);
         auto A = A_buf.as(d_.H, n);  // the logits, then A_h in place
-        gather_rows_into(Kt_, keys, K);
         logits(i, keys, K, A);
         for (int64_t h = 0; h < d_.H; ++h) {
           const R norm = streaming ? lse_(i, h) : row_lse(A.row(h).transpose());
@@ -68,9 +67,8 @@ void Rank<P>::loss(RankOutput& out) {
         Vec<R> T = A.colwise().sum().transpose();
         T /= std::max(T.sum(), R(1e-10));
 
-        auto kI = kI_buf.as(n, d_.DI);
+        const auto kI = key_rows(k_I_, keys, kI_buf);
         auto u = u_buf.as(n, d_.HI);
-        gather_rows_into(k_I_, keys, kI);
         indexer_u(i, kI, u);
         const Vec<R> I = indexer_scores(i, u);
         const Vec<R> logQ = I.array() - row_lse(I);

@@ -87,19 +87,27 @@ class Held : public Eigen::Map<Mat<R>> {
   size_t bytes_ = 0;
 };
 
+// Copies of whole tensors (inputs in, outputs out) are memory-bound loops over hundreds of MB at
+// production shapes: on one thread they were a tenth of the 16-core reference's time. Large ones
+// run over the OpenMP threads, row by row (a copy: the same bits on any thread count).
+inline bool copy_in_parallel(int64_t elements) { return elements >= (int64_t(1) << 20); }
+
 // Rows `rows` of a [T, ...] tensor as a [rows.size(), row_size] matrix of R.
 template <class R>
 Held<R> gather_rows(const TensorD& t, const std::vector<int64_t>& rows) {
-  Held<R> m(static_cast<int64_t>(rows.size()), t.row_size());
-  for (size_t i = 0; i < rows.size(); ++i)
-    for (int64_t j = 0; j < t.row_size(); ++j) m(i, j) = static_cast<R>(t.row(rows[i])[j]);
+  const int64_t n = static_cast<int64_t>(rows.size()), cols = t.row_size();
+  Held<R> m(n, cols);
+#pragma omp parallel for schedule(static) if (copy_in_parallel(n * cols))
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<R>(t.row(rows[i])[j]);
   return m;
 }
 
 template <class R>
 Held<R> as_matrix(const TensorD& t, int64_t rows, int64_t cols) {
   Held<R> m(rows, cols);
-  m = ConstMatMap<double>(t.data.data(), rows, cols).cast<R>();
+#pragma omp parallel for schedule(static) if (copy_in_parallel(rows * cols))
+  for (int64_t i = 0; i < rows; ++i) m.row(i) = ConstMatMap<double>(t.data.data() + i * cols, 1, cols).cast<R>();
   return m;
 }
 
@@ -118,10 +126,20 @@ struct Buffer {
   }
 };
 
-// Rows `rows` of src, copied into the first rows.size() rows of out: the operand block of a GEMM.
-template <class Src, class Out>
-void gather_rows_into(const Src& src, const std::vector<int64_t>& rows, Out&& out) {
-  for (size_t j = 0; j < rows.size(); ++j) out.row(static_cast<int64_t>(j)) = src.row(rows[j]);
+// The rows `keys` (sorted, distinct) of a row-major src as an [n, cols] operand of a GEMM: src's
+// own rows when they are one run of consecutive keys (every visible set, and every S(g) in the
+// dense regime, where a row keeps all it sees), else copied into buf. Either way the operand is
+// the same contiguous row-major block, so the products compute the same bits.
+inline bool consecutive(const std::vector<int64_t>& keys) {
+  return !keys.empty() && keys.back() - keys.front() + 1 == static_cast<int64_t>(keys.size());
+}
+template <class R>
+Eigen::Map<const Mat<R>> key_rows(const Held<R>& src, const std::vector<int64_t>& keys, Buffer<R>& buf) {
+  const int64_t n = static_cast<int64_t>(keys.size()), cols = src.cols();
+  if (consecutive(keys)) return {src.row(keys.front()).data(), n, cols};
+  auto out = buf.as(n, cols);
+  for (int64_t j = 0; j < n; ++j) out.row(j) = src.row(keys[j]);
+  return {out.data(), n, cols};
 }
 
 // m written into rows row0.. and columns col0.. of a [rows, row_size] tensor, as fp64.
@@ -131,10 +149,13 @@ void write_block(TensorD& t, int64_t row0, int64_t col0, const M& m) {
       m.template cast<double>();
 }
 
+// m as a tensor of the given shape (m's rows × cols elements), in fp64.
 template <class R, class M>
 TensorD to_tensor(const M& m, Shape shape) {
-  TensorD t(std::move(shape));
-  MatMap<double>(t.data.data(), m.rows(), m.cols()) = m.template cast<double>();
+  TensorD t(std::move(shape), Uninitialized{});  // every element written below
+  MatMap<double> out(t.data.data(), m.rows(), m.cols());
+#pragma omp parallel for schedule(static) if (copy_in_parallel(m.rows() * m.cols()))
+  for (int64_t i = 0; i < m.rows(); ++i) out.row(i) = m.row(i).template cast<double>();
   return t;
 }
 
@@ -163,6 +184,12 @@ class Rank {
     Kw_ = topk_width(p.topk, Tp_);
     s_ = static_cast<R>(p.softmax_scale);
     const auto& own = plan.own_rows;
+    // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
+    // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
+    // 3-15x slower on 2 cores than running them serially.
+    const double work = double(Tq_) * double(std::min(Tp_, p.topk)) * double(d_.H) * double(CR_) +
+                        double(Tq_) * double(Tp_) * double(d_.HI) * double(d_.DI);
+    parallel_ = work >= 1e8;
     q_nope_ = gather_rows<R>(in.q_nope, own);
     q_pe_ = gather_rows<R>(in.q_pe, own);
     q_I_ = gather_rows<R>(in.q_I, own);
@@ -174,13 +201,11 @@ class Rank {
     k_pe_ = all_gather_keys(in.k_pe);
     k_I_ = all_gather_keys(in.k_I);
     Kt_.resize(Tp_, CR_);  // K~ = [c ; k_pe], one row per key: gathered with one copy per key
-    Kt_ << c_, k_pe_;
-    // Small problems run on one thread: idle OpenMP workers spin between the many short parallel
-    // regions below (and each CP rank thread has a team of its own), which made smoke-sized cases
-    // 3-15x slower on 2 cores than running them serially.
-    const double work = double(Tq_) * double(std::min(Tp_, p.topk)) * double(d_.H) * double(CR_) +
-                        double(Tq_) * double(Tp_) * double(d_.HI) * double(d_.DI);
-    parallel_ = work >= 1e8;
+#pragma omp parallel for schedule(static) if (parallel_)
+    for (int64_t t = 0; t < Tp_; ++t) {
+      Kt_.row(t).head(d_.C) = c_.row(t);
+      Kt_.row(t).tail(d_.R) = k_pe_.row(t);
+    }
   }
 
   // Each stage a DSA_TRACE span (core/trace.hpp): where a many-core run stops scaling.
@@ -250,11 +275,8 @@ class Rank {
   // Partial key gradients over all Tp rows -> this rank's own rows, summed over ranks.
   TensorD reduce_scatter_keys(const Eigen::Ref<const Mat<R>>& partial) {
     const int64_t cols = partial.cols();
+    if (!plan_.comm) return to_tensor<R>(partial, {Tq_, cols});
     TensorD out({Tq_, cols});
-    if (!plan_.comm) {
-      MatMap<double>(out.data.data(), Tq_, cols) = partial.template cast<double>();
-      return out;
-    }
     std::vector<double> send(Tp_ * cols);
     for (int64_t i = 0; i < Tp_; ++i)
       for (int64_t j = 0; j < cols; ++j) send[i * cols + j] = partial(plan_.gather_order[i], j);
