@@ -126,13 +126,16 @@ struct Buffer {
   }
 };
 
-// The rows `keys` (sorted, distinct) of a row-major src as an [n, cols] operand of a GEMM: src's
-// own rows when they are one run of consecutive keys (every visible set, and every S(g) in the
-// dense regime, where a row keeps all it sees), else copied into buf. Either way the operand is
-// the same contiguous row-major block, so the products compute the same bits.
+// Whether sorted, distinct keys are one run t0, t0+1, …: every visible set, and every S(g) in the
+// dense regime, where a row keeps all it sees.
 inline bool consecutive(const std::vector<int64_t>& keys) {
   return !keys.empty() && keys.back() - keys.front() + 1 == static_cast<int64_t>(keys.size());
 }
+
+// The rows `keys` (sorted, distinct) of a row-major src as an [n, cols] operand of a GEMM: src's
+// own rows in place when they are consecutive, else copied into buf. Either way the operand is a
+// contiguous row-major block holding the same values, so the products compute the same bits (the
+// exact outputs of the corpus kept theirs when this replaced the copy).
 template <class R>
 Eigen::Map<const Mat<R>> key_rows(const Held<R>& src, const std::vector<int64_t>& keys, Buffer<R>& buf) {
   const int64_t n = static_cast<int64_t>(keys.size()), cols = src.cols();

@@ -11,7 +11,7 @@ Usage: dsa-parity export CASE.json --out DIR --backend cuda
        PYTHONPATH=python python3 docs/analysis/weight_grad_rows.py DIR [BACKEND.safetensors]
 (BACKEND defaults to DIR/backend.safetensors; it needs O_lat and dW_UV.)
 
-Nightly seed 97 case 1741 (cases/regressions/cuda-attention_backward-dW_UV-mismatch.json, Tq 4610,
+Nightly seed 97 case 1741 (reports/device/2026-12-05-s12-f65e6dd-fuzz-nightly-gpu-seed97-cases/, Tq 4610,
 H 1, Dv 16, C 8), the cuda backend at a591147 on an H100 (reports/device/2026-12-06-s14-case1741/):
 the nightly's failing element dW_UV[0, 7, 1] is 2.8906 in the backend, 4.5206 exact, 4.5116 summed over
 the backend's own O_lat. The script: largest |backend - sum over all rows| 1.663 (at [0, 6, 3]: -51.5
