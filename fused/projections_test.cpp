@@ -24,27 +24,8 @@
 namespace dsa::fused::testing {
 namespace {
 
-template <class T>
-struct DeviceVec {
-  T* p = nullptr;
-  explicit DeviceVec(const std::vector<T>& h) {
-    check_cuda(cudaMalloc(&p, std::max<size_t>(h.size(), 1) * sizeof(T)), "cudaMalloc");
-    check_cuda(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  explicit DeviceVec(size_t n) {
-    check_cuda(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-    check_cuda(cudaMemset(p, 0xFF, n * sizeof(T)), "poison");  // NaN: an element never written stays NaN
-  }
-  ~DeviceVec() { cudaFree(p); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-  const bf16* b() const { return reinterpret_cast<const bf16*>(p); }
-  std::vector<T> download(size_t n) const {
-    std::vector<T> h(n);
-    check_cuda(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
-    return h;
-  }
-};
+// The operands' bf16 bit patterns as the projections take them.
+const bf16* as_bf16(const DeviceArray<uint16_t>& a) { return reinterpret_cast<const bf16*>(a.p); }
 
 // [T, H, W] bf16 rows, zero except on `rows` (normal values there).
 std::vector<uint16_t> rows_only(int64_t T, int64_t H, int64_t W, const std::vector<int64_t>& rows, std::mt19937& rng) {
@@ -90,13 +71,13 @@ TEST(Projections, GradWUVSumsEveryQueryRow) {
     for (int64_t T : kTs) {
       const std::vector<int64_t> rows = {0, T / 2, T - 2, T - 1};
       const auto dO = rows_only(T, s.H, s.Dv, rows, rng), O_lat = rows_only(T, s.H, s.C, rows, rng);
-      DeviceVec<uint16_t> d_dO(dO), d_O_lat(O_lat);
-      DeviceVec<float> dW(size_t(s.H) * s.Dv * s.C);
+      DeviceArray<uint16_t> d_dO(dO, 0xFFFF), d_O_lat(O_lat, 0xFFFF);  // NaN guards: a read past the rows shows
+      DeviceArray<float> dW(size_t(s.H) * s.Dv * s.C, kNaN);            // an element never written stays NaN
       const ProjDims pd{(int)T, s.H, 1, 0, s.C, s.Dv};
-      grad_W_UV(blas, pd, d_dO.b(), d_O_lat.b(), dW.p, 0);
+      grad_W_UV(blas, pd, as_bf16(d_dO), as_bf16(d_O_lat), dW.p, 0);
       check_cuda(cudaDeviceSynchronize(), "grad_W_UV");
       expect_row_sums("dW_UV H " + std::to_string(s.H) + " Dv " + std::to_string(s.Dv) + " C " + std::to_string(s.C),
-                      dW.download(size_t(s.H) * s.Dv * s.C), dO, O_lat, T, s.H, s.Dv, s.C, s.C, rows);
+                      dW.download(), dO, O_lat, T, s.H, s.Dv, s.C, s.C, rows);
     }
   cublasDestroy(blas);
 }
@@ -111,13 +92,13 @@ TEST(Projections, GradWUKSumsEveryQueryRow) {
     for (int64_t T : kTs) {
       const std::vector<int64_t> rows = {0, T / 2, T - 2, T - 1};
       const auto q_nope = rows_only(T, s.H, s.Dn, rows, rng), dQt = rows_only(T, s.H, s.C + s.R, rows, rng);
-      DeviceVec<uint16_t> d_q(q_nope), d_dQt(dQt);
-      DeviceVec<float> dW(size_t(s.H) * s.Dn * s.C);
+      DeviceArray<uint16_t> d_q(q_nope, 0xFFFF), d_dQt(dQt, 0xFFFF);
+      DeviceArray<float> dW(size_t(s.H) * s.Dn * s.C, kNaN);
       const ProjDims pd{(int)T, s.H, s.Dn, s.R, s.C, 1};
-      grad_W_UK(blas, pd, d_q.b(), d_dQt.b(), dW.p, 0);
+      grad_W_UK(blas, pd, as_bf16(d_q), as_bf16(d_dQt), dW.p, 0);
       check_cuda(cudaDeviceSynchronize(), "grad_W_UK");
       expect_row_sums("dW_UK H " + std::to_string(s.H) + " Dn " + std::to_string(s.Dn) + " C " + std::to_string(s.C),
-                      dW.download(size_t(s.H) * s.Dn * s.C), q_nope, dQt, T, s.H, s.Dn, s.C, s.C + s.R, rows);
+                      dW.download(), q_nope, dQt, T, s.H, s.Dn, s.C, s.C + s.R, rows);
     }
   cublasDestroy(blas);
 }

@@ -50,7 +50,7 @@ Run setup(CLI::App& app) {
     std::error_code ec;
     std::filesystem::create_directories(out, ec);
     require(!ec && std::filesystem::is_directory(out), "--out", "cannot create folder " + out);
-    const PreparedCase pc = prepare_case(c);
+    PreparedCase pc = prepare_case(c);
     exec::write_inputs(out, c, pc.inputs, pc.injected);  // case.json, inputs.safetensors
     const BackendRun r = make_backend("reference")->run(c, pc);
     st::write_file(out + "/exact.safetensors", exec::outputs_file(r.result, exec::FloatOut::f64));
@@ -62,9 +62,8 @@ Run setup(CLI::App& app) {
       std::string why;
       try {
         if (!runs) throw Unavailable("it implements none of the case's stages");
-        PreparedCase bpc = pc;
-        bpc.stages = runs->stages;
-        const BackendRun b = backend->run(*runs, bpc);
+        pc.stages = runs->stages;  // the exact run is done: the inputs serve the backend, uncopied
+        const BackendRun b = backend->run(*runs, pc);
         st::write_file(out + "/backend.safetensors", exec::outputs_file(b.result, exec::FloatOut::f64));
         written += ", backend.safetensors (" + backend->name() + ")";
       } catch (const Unavailable& e) {
