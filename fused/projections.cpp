@@ -17,14 +17,23 @@ void blas_check(cublasStatus_t st, const char* what) {
 // Row-major C[b] = op(A[b])·op(B[b]) (M×N, K-dim K) for b < batch. cuBLAS is column-major, so it
 // computes Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory. A is stored M×K (K×M when ta), B K×N (N×K when tb).
 void gemm_rm(cublasHandle_t h, bool ta, bool tb, int M, int N, int K, const bf16* A, int64_t lda, int64_t sA,
-             const bf16* B, int64_t ldb, int64_t sB, void* C, cudaDataType_t ct, int64_t ldc, int64_t sC, int batch) {
+             const bf16* B, int64_t ldb, int64_t sB, void* C, cudaDataType_t ct, int64_t ldc, int64_t sC, int batch,
+             cublasComputeType_t compute = CUBLAS_COMPUTE_32F) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
   const float one = 1.f, zero = 0.f;
   blas_check(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                                         &one, B, CUDA_R_16BF, (int)ldb, sB, A, CUDA_R_16BF, (int)lda, sA, &zero, C,
-                                        ct, (int)ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                        ct, (int)ldc, sC, batch, compute, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
+
+// The weight gradients reduce over K = Tq query rows into a small M×N per head. For such shapes
+// cuBLAS 13.1 (CUDA 13.0, H100) picks a split-K kernel (cublasLt algo 66) that, for some K, drops
+// the last rows of the reduction: K 4609, 4610, 8194, 65538 among those tried, at 8×8 … 128×512 and
+// one head (reports/device/2026-12-06-s15-*-gemm-probe*.txt; nightly seed 97 case 1741, seed 99 case
+// 2417). The pedantic fp32 compute type keeps cuBLAS off those kernels; fused/projections_test.cpp
+// sweeps K for both weight gradients.
+constexpr cublasComputeType_t kWeightGradCompute = CUBLAS_COMPUTE_32F_PEDANTIC;
 
 }  // namespace
 
@@ -67,13 +76,13 @@ void grad_W_UK(cublasHandle_t b, const ProjDims& d, const bf16* q_nope, const bf
   blas_check(cublasSetStream(b, s), "cublasSetStream");
   const int D = d.C + d.R;
   gemm_rm(b, true, false, d.Dn, d.C, d.Tq, q_nope, (int64_t)d.H * d.Dn, d.Dn, dQt, (int64_t)d.H * D, D, dW_UK,
-          CUDA_R_32F, d.C, (int64_t)d.Dn * d.C, d.H);
+          CUDA_R_32F, d.C, (int64_t)d.Dn * d.C, d.H, kWeightGradCompute);
 }
 
 void grad_W_UV(cublasHandle_t b, const ProjDims& d, const bf16* dO, const bf16* O_lat, float* dW_UV, cudaStream_t s) {
   blas_check(cublasSetStream(b, s), "cublasSetStream");
   gemm_rm(b, true, false, d.Dv, d.C, d.Tq, dO, (int64_t)d.H * d.Dv, d.Dv, O_lat, (int64_t)d.H * d.C, d.C, dW_UV,
-          CUDA_R_32F, d.C, (int64_t)d.Dv * d.C, d.H);
+          CUDA_R_32F, d.C, (int64_t)d.Dv * d.C, d.H, kWeightGradCompute);
 }
 
 }  // namespace dsa::fused

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -120,12 +122,71 @@ TensorData<uint16_t> all_bf16(const TensorD& t) {
   return out;
 }
 
+// DSA_FUSED_CHECK_INPUTS=1: after the run, every input buffer is read back and must hold what went
+// up (a kernel writing out of bounds into another buffer shows up here, by name).
+bool check_inputs() {
+  static const bool on = std::getenv("DSA_FUSED_CHECK_INPUTS") != nullptr;
+  return on;
+}
+
+// The weights as bf16 on one device, converted and uploaded once per run and device: the ranks on
+// that device read the same copy. At production widths they are 16 M values (32 MB), which each of
+// cp rank threads on one GPU (--comm local) used to convert and upload again: most of the backend's
+// time in a small case there.
+class DeviceWeights {
+ public:
+  DeviceWeights(const Inputs& in, int device)
+      : device_(current(device)), ctx_(device), W_UK_(in.W_UK.size(), ctx_->stream()),
+        W_UV_(in.W_UV.size(), ctx_->stream()) {
+    W_UK_.upload(all_bf16(in.W_UK), ctx_->stream());
+    W_UV_.upload(all_bf16(in.W_UV), ctx_->stream());
+    DSA_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));  // the ranks' streams read them next
+  }
+  ~DeviceWeights() { cudaSetDevice(device_); }  // the buffers are freed next, on this device
+  DeviceWeights(const DeviceWeights&) = delete;
+  DeviceWeights& operator=(const DeviceWeights&) = delete;
+  int device() const { return device_; }
+  const bf16* W_UK() const { return reinterpret_cast<const bf16*>(W_UK_.get()); }
+  const bf16* W_UV() const { return reinterpret_cast<const bf16*>(W_UV_.get()); }
+  // DSA_FUSED_CHECK_INPUTS: the weights must still hold what went up once every rank is done.
+  void check_unchanged(const Inputs& in) const {
+    if (W_UK_.download(ctx_->stream()) != all_bf16(in.W_UK) || W_UV_.download(ctx_->stream()) != all_bf16(in.W_UV))
+      throw std::runtime_error("DSA_FUSED_CHECK_INPUTS: input buffer W_UK or W_UV changed during the run (a kernel "
+                               "wrote out of bounds)");
+  }
+
+ private:
+  static int current(int device) {  // the lease and the buffers below are made on `device`
+    DSA_CUDA_CHECK(cudaSetDevice(device));
+    return device;
+  }
+  int device_;
+  RankContextLease ctx_;  // declared before the buffers: they are freed on its stream first
+  DBuf<uint16_t> W_UK_, W_UV_;
+};
+
+// The calling thread's current device, restored when this goes out of scope (DeviceWeights makes
+// its own device current).
+class CallersDevice {
+ public:
+  CallersDevice() { DSA_CUDA_CHECK(cudaGetDevice(&device_)); }
+  ~CallersDevice() { cudaSetDevice(device_); }
+  CallersDevice(const CallersDevice&) = delete;
+  CallersDevice& operator=(const CallersDevice&) = delete;
+
+ private:
+  int device_ = 0;
+};
+
 // A rank's inputs: row rows[i] of every row tensor of `in` is the rank's local row i; the weights
 // whole. run_fused passes the global inputs and the rank's global rows (no copy of a shard);
-// run_fused_rank its shard and 0 … Tq−1.
+// run_fused_rank its shard and 0 … Tq−1. After the all-reduce every rank holds the same weight
+// gradients; only a rank with `weight_grads` copies them back (run_fused assembles rank 0's).
 struct RankInputs {
   const Inputs& in;
   std::vector<int64_t> rows;
+  const DeviceWeights& weights;  // on the rank's device
+  bool weight_grads = true;
 };
 
 // One rank's outputs, local rows in local order, as they came off the device.
@@ -182,24 +243,21 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
 
   // ---- inputs of this rank ----
   std::optional<TraceSpan> span(std::in_place, "fused: inputs to bf16, up");
-  // DSA_FUSED_CHECK_INPUTS=1: after the run, every input buffer is read back and must hold what
-  // went up (a kernel writing out of bounds into another buffer shows up here, by name).
-  static const bool check_inputs = std::getenv("DSA_FUSED_CHECK_INPUTS") != nullptr;
   std::vector<std::tuple<const char*, const DBuf<uint16_t>*, TensorData<uint16_t>>> sent;
-  auto up = [&](const char* name, DBuf<uint16_t>& b, TensorData<uint16_t> h) {
+  auto up = [&](const char* name, DBuf<uint16_t>& b, const TensorData<uint16_t>& h) {
     b.upload(h, st);
-    if (check_inputs) sent.emplace_back(name, &b, std::move(h));
+    if (check_inputs()) sent.emplace_back(name, &b, h);
   };
   DBuf<uint16_t> q_nope(Tq * H * Dn, st), q_pe(Tq * H * R, st), q_I(Tq * HI * DI, st), w(Tq * HI, st), dO(Tq * H * Dv, st);
-  DBuf<uint16_t> W_UK(H * Dn * C, st), W_UV(H * Dv * C, st);
   const Inputs& in = ri.in;
   up("q_nope", q_nope, rows_bf16(in.q_nope, ri.rows));
   up("q_pe", q_pe, rows_bf16(in.q_pe, ri.rows));
   up("q_I", q_I, rows_bf16(in.q_I, ri.rows));
   up("w", w, rows_bf16(in.w, ri.rows));
   up("dO", dO, rows_bf16(in.dO, ri.rows));
-  up("W_UK", W_UK, all_bf16(in.W_UK));
-  up("W_UV", W_UV, all_bf16(in.W_UV));
+  if (ri.weights.device() != comm.device()) throw std::logic_error("run_fused: the weights are on another device");
+  const bf16* const W_UK = ri.weights.W_UK();
+  const bf16* const W_UV = ri.weights.W_UV();
   // The key rows it contributes (the rank's own rows, in some order), as rows of `in`.
   std::vector<int64_t> local_pos(Tp, -1), krows;
   for (int64_t i = 0; i < Tq; ++i) local_pos[rows[i]] = i;
@@ -288,11 +346,11 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   // ---- forward ----
   const ProjDims pd{(int)Tq, (int)H, (int)Dn, (int)R, (int)C, (int)Dv};
   const float scale = static_cast<float>(p.softmax_scale);
-  absorb_query(blas, pd, B(q_nope), B(q_pe), B(W_UK), B(Qt), st);
+  absorb_query(blas, pd, B(q_nope), B(q_pe), W_UK, B(Qt), st);
   attention_forward(AttnFwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), (int)Tq, (int)Tp, (int)H, (int)C, (int)R,
                                 (int)Ka, scale, B(O_lat), lse.get()},
                     st);
-  output_projection(blas, pd, B(O_lat), B(W_UV), B(O), st);
+  output_projection(blas, pd, B(O_lat), W_UV, B(O), st);
 
   // ---- indexer loss (k1's kernels), N = global counted rows ----
   const double N = std::max<int64_t>(1, L.counted_rows());
@@ -306,13 +364,13 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   }
 
   // ---- backward ----
-  grad_o_lat(blas, pd, B(dO), B(W_UV), B(dO_lat), st);
+  grad_o_lat(blas, pd, B(dO), W_UV, B(dO_lat), st);
   attention_delta(B(dO_lat), B(O_lat), delta.get(), Tq * H, (int)C, st);
   dK.zero(st);
   attention_backward(AttnBwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), B(dO_lat), lse.get(), delta.get(),
                                  (int)Tq, (int)Tp, (int)H, (int)C, (int)R, (int)Ka, scale, B(dQt), dK.get()},
                      st);
-  grad_query(blas, pd, B(dQt), B(W_UK), B(dq_nope), B(dq_pe), st);
+  grad_query(blas, pd, B(dQt), W_UK, B(dq_nope), B(dq_pe), st);
   grad_W_UK(blas, pd, B(q_nope), B(dQt), dW_UK.get(), st);
   grad_W_UV(blas, pd, B(dO), B(O_lat), dW_UV.get(), st);
 
@@ -351,8 +409,10 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   out.dw = dw.download(st);
   out.dq_nope = dq_nope.download(st);
   out.dq_pe = dq_pe.download(st);
-  out.dW_UK = dW_UK.download(st);
-  out.dW_UV = dW_UV.download(st);
+  if (ri.weight_grads) {
+    out.dW_UK = dW_UK.download(st);
+    out.dW_UV = dW_UV.download(st);
+  }
   out.dc.resize(Tq * C);
   out.dk_pe.resize(Tq * R);
 #pragma omp parallel for schedule(static) if (Tq * D > kParallelElements)
@@ -404,8 +464,10 @@ RankResult to_rank_result(const RankOut& o, const Dims& d, int64_t Tq, int64_t T
   res.dq_I = converted({Tq, d.HI, d.DI}, o.dq_I, from_f32_bf16);
   res.dk_I = converted({Tq, d.DI}, o.dk_I, from_f32_bf16);
   res.dw = converted({Tq, d.HI}, o.dw, from_f32_bf16);
-  res.dW_UK = converted({H, d.Dn, C}, o.dW_UK, from_f32_bf16);
-  res.dW_UV = converted({H, d.Dv, C}, o.dW_UV, from_f32_bf16);
+  if (!o.dW_UK.empty()) {  // copied back by this rank (RankInputs::weight_grads)
+    res.dW_UK = converted({H, d.Dn, C}, o.dW_UK, from_f32_bf16);
+    res.dW_UV = converted({H, d.Dv, C}, o.dW_UV, from_f32_bf16);
+  }
   res.loss = from_f32(o.loss);
   return res;
 }
@@ -446,7 +508,11 @@ RankResult run_fused_rank(const Problem& p, const StreamLayout& L, const Inputs&
   check_shapes(local, p.dims, Tq);
   std::vector<int64_t> own(Tq);
   std::iota(own.begin(), own.end(), int64_t(0));
-  return rank_part(S, RankInputs{local, std::move(own)}, comm);
+  const CallersDevice callers_device;
+  const DeviceWeights weights(local, comm.device());
+  RankResult res = rank_part(S, RankInputs{local, std::move(own), weights}, comm);
+  if (check_inputs()) weights.check_unchanged(local);
+  return res;
 }
 
 Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
@@ -461,6 +527,10 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   // (fused/comm/comm.hpp): a cp = 1 fuzz session creates its communicator once, not per case.
   const bool nccl = kind == CommKind::nccl;
   std::unique_ptr<CommGroup> group = nccl ? take_nccl_group(cp) : make_local_group(cp, 0);
+  const CallersDevice callers_device;  // restored after the weights below are freed
+  std::map<int, std::unique_ptr<DeviceWeights>> weights;  // one copy per device the ranks run on
+  for (int r = 0; r < cp; ++r)
+    if (auto& w = weights[group->comm(r).device()]; !w) w = std::make_unique<DeviceWeights>(in, group->comm(r).device());
   std::vector<RankResult> outs(cp);
   std::vector<std::exception_ptr> errs(cp);
   std::vector<std::thread> threads;
@@ -468,7 +538,8 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
     threads.emplace_back([&, r] {
       try {
         // Each rank reads only its own rows, as a rank in a process of its own does (--comm mpi).
-        outs[r] = rank_part(S, RankInputs{in, L.rank_rows[r]}, group->comm(r));
+        outs[r] = rank_part(S, RankInputs{in, L.rank_rows[r], *weights.at(group->comm(r).device()), r == 0},
+                            group->comm(r));
       } catch (...) {
         errs[r] = std::current_exception();
         group->comm(r).abort();
@@ -477,6 +548,8 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   for (auto& t : threads) t.join();
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);  // an aborted group is destroyed here, never reused
+  if (check_inputs())
+    for (const auto& [device, w] : weights) w->check_unchanged(in);
   if (nccl) give_back_nccl_group(std::move(group));
   // One rank holding every row in order (cp = 1): its tensors are the global ones, moved.
   if (cp == 1 && std::is_sorted(L.rank_rows[0].begin(), L.rank_rows[0].end()) &&

@@ -327,6 +327,20 @@ int run_session(const SessionOptions& o, Backend& backend) {
     total = static_cast<int64_t>(files.size()) + (random_cases ? o.shard.share(*random_cases) : 0);
   Progress progress(o.progress && !quiet, total, o.time_budget_s, o.progress_every_s);
 
+  // The case after the one in flight is generated beside it (harness/prefetch.hpp); with an
+  // oracle on a device, the backend runs it too while the case in flight is judged, both cases
+  // being small beside the device (backend_ahead_limit). Not under --repeat, whose runs follow the
+  // judge, nor --comm mpi, whose ranks' runs are collectives of their own. Decided before the report
+  // opens: its context records it.
+  CasePrefetch prefetch;
+  if (const double limit = backend_ahead_limit(*oracle); limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
+    prefetch.run_backends_ahead(backend, limit);
+    ctx.backend_ahead = true;
+    if (!quiet)
+      std::printf("backend runs ahead: each next case's backend run goes beside this case's oracle (cases of at most "
+                  "%.3g GB of inputs)\n",
+                  limit / 1e9);
+  }
   // The report and JUnit stream to disk as cases finish; only counts and bucket rows stay in
   // memory (RunTally), never the case records.
   std::optional<ReportStream> report;
@@ -360,19 +374,6 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.v.message = b;
   };
 
-  // The case after the one in flight is generated beside it (harness/prefetch.hpp); with an
-  // oracle on a device, the backend runs it too while the case in flight is judged, both cases
-  // being small beside the device (backend_ahead_limit). Not under --repeat, whose runs follow the
-  // judge, nor --comm mpi, whose ranks' runs are collectives of their own.
-  CasePrefetch prefetch;
-  if (const double limit = backend_ahead_limit(*oracle); limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
-    prefetch.run_backends_ahead(backend, limit);
-    ctx.backend_ahead = true;
-    if (!quiet)
-      std::printf("backend runs ahead: each next case's backend run goes beside this case's oracle (cases of at most "
-                  "%.3g GB of inputs)\n",
-                  limit / 1e9);
-  }
   // Runs case number index and records it; false when the run must stop (a signal, the hard time limit).
   auto run_one = [&](const Case& c, const std::string& origin, const std::string& file, int64_t index) {
     CaseRecord r;
