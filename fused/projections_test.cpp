@@ -2,12 +2,13 @@
 // dW_UK[h] = Σ_g q_nope[g,h] ⊗ dQ~[g,h, :C], one cuBLAS GEMM each whose K-dim is Tq. Nightly seed 97
 // case 1741 (Tq 4610, H 1, Dv 16, C 8) came back with dW_UV equal, to bf16 output rounding, to the
 // sum over the first 4608 rows only; seed 99 case 2417 (Tq 4610 again) failed dW_UK the same way.
-// On the H100 (cuBLAS 13.1) the default fp32 compute type drops the last rows for K 4609 and 4610
-// at one head and 8–16 wide, and for K 4609, 8194 and 65538 at 128×512 (a split-K kernel; the
-// probe's output is in reports/device/2026-12-06-s15-*-gemm-probe*.txt). So these tests put the
-// only non-zero rows where a dropped remainder of K would lose them (the last rows, and one in the
-// middle and the first for scale) and sweep Tq around multiples of 8, 64, 512, 1024 and 4096: every
-// row's term must be in the sum, to fp32 rounding of a handful of addends.
+// On the H100 (cuBLAS 13.1) one GEMM over all K drops the last rows when K mod 128 is small and K is
+// past about 2500 (a split-K kernel): K 2561, 3842, 4609, 4610, 6404, 8966 at one head and 8–16
+// wide, 4609, 8194 and 65538 at 128×512 (reports/device/2026-12-06-s15-gemm-probe/);
+// fused/projections.cpp's row_sum_gemm splits K since. These tests put the only non-zero rows where
+// a dropped remainder of K would lose them (the last rows, and one in the middle and the first for
+// scale) and sweep Tq over those and around multiples of 8, 64, 128, 1024 and 4096: every row's
+// term must be in the sum, to fp32 rounding of a handful of addends.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,8 +70,8 @@ void expect_row_sums(const std::string& what, const std::vector<float>& got, con
   EXPECT_EQ(bad, 0) << what << " T " << T << ": " << bad << " elements miss a row's term";
 }
 
-const int64_t kTs[] = {1,    2,    63,   64,   130,  4096, 4097, 4104,  4607,  4608,  4609,
-                       4610, 4611, 4616, 5000, 8193, 8194, 9218, 20002, 65537, 65538};
+const int64_t kTs[] = {1,    2,    63,   64,   127,  128,  129,  130,  2561,  3842,  4096,  4097,  4104, 4607,
+                       4608, 4609, 4610, 4611, 4616, 5000, 6404, 8193, 8194, 8966, 9218, 20002, 65537, 65538};
 
 TEST(Projections, GradWUVSumsEveryQueryRow) {
   DSA_SKIP_WITHOUT_GPU();
