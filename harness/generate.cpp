@@ -11,6 +11,7 @@
 #include "core/bf16.hpp"
 #include "core/rank_shard.hpp"
 #include "harness/bounds.hpp"
+#include "harness/normal_bf16.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
 
@@ -48,8 +49,8 @@ void fill(TensorD& t, const Stream& s, double stddev, bool uniform, const Rows* 
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t at = g ? (*g)[i / w] * w + i % w : i;  // the element's global index: its counter
-    const double z = uniform ? (2.0 * s.uniform(at) - 1.0) * std::sqrt(3.0) : s.normal(at);
-    t.data[i] = round_bf16(z * stddev);
+    t.data[i] = uniform ? round_bf16((2.0 * s.uniform(at) - 1.0) * std::sqrt(3.0) * stddev)
+                        : philox::bf16_normal(s, at, stddev);  // round_bf16(s.normal(at) · stddev), faster
   }
 }
 
