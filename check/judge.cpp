@@ -11,6 +11,7 @@
 
 #include "check/magnitude.hpp"
 #include "check/side_thread.hpp"
+#include "core/stopwatch.hpp"
 #include "core/trace.hpp"
 #include "core/worker_thread.hpp"
 
@@ -19,7 +20,6 @@ namespace dsa {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 const TensorD* float_result(const Result& r, std::string_view name) {
   const TensorD* out = nullptr;
@@ -159,7 +159,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   std::vector<uint8_t> equivalent;
   span.emplace("judge: top-k check");
   TensorCheck topk_check = compare_topk(f.topk, c.width, L, delta, exact_row, &equivalent);
-  v.oracle_s = since(t0);
+  v.oracle_s = seconds_since(t0);
 
   // The attention's index set (SPEC §9, stages decoupled): the injected indices, else per row the
   // backend's row where it is a legal equivalent and the canonical one where it is not, so a tie
@@ -182,7 +182,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
     rest.topk = std::move(side.topk);
     side = std::move(rest);
   });
-  v.oracle_s += since(t0);
+  v.oracle_s += seconds_since(t0);
   if (auto* dual = dynamic_cast<DualOracle*>(&oracle)) v.oracle_agreement = dual->take_agreement();
   const StageCounts after = oracle.counts();
   for (int p = 0; p < 2; ++p) {
@@ -196,7 +196,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   if (auto why = nonfinite_exact(c, exact, oracle)) {
     v.verdict = Verdict::cannot_run;
     v.message = "the exact oracle is not finite where SPEC.md says it is: " + *why;
-    v.compare_s = since(t0);
+    v.compare_s = seconds_since(t0);
     return v;
   }
 
@@ -228,7 +228,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
                               : compare_tensor(n, *float_result(f, n), *float_result(lowp, n), x, L, floor));
     }
   }
-  v.compare_s = since(t0);
+  v.compare_s = seconds_since(t0);
 
   // The verdict: the first failing check in stage order (the catalogue's) is the primary failure.
   // A tensor the backend did not produce fails as unwritten unless it produced none (not-run).

@@ -75,6 +75,10 @@ class Oracle {
   // start copying them there now, while its runs compute. Each must stay alive and unchanged until
   // release_held. Default: nothing.
   virtual void upload_backend_outputs(const Result& /*fused*/) {}
+  // The inputs of a case judged after the current one, kept now where the oracle computes (what
+  // StageRequest::keep_inputs keeps), beside the current case's judge: at production shapes taking
+  // them up is a fifth of a judge. Any thread; at most two cases are kept ahead. Default: nothing.
+  virtual void keep_inputs_ahead(const PreparedCase& /*c*/) {}
   // Ends what hold and keep_inputs kept.
   virtual void release_held() {}
   StageCounts counts() const {

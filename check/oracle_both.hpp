@@ -53,6 +53,10 @@ class DualOracle : public Oracle {
     b_->release_held();
     magnitudes_of_ = nullptr;
   }
+  void keep_inputs_ahead(const PreparedCase& c) override {
+    a_->keep_inputs_ahead(c);
+    b_->keep_inputs_ahead(c);
+  }
   // The agreement of every tensor since the last call, in catalogue order; resets it.
   std::vector<OracleAgreement> take_agreement();
 

@@ -1,6 +1,7 @@
 #include "check/prepared.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/errors.hpp"
 
@@ -23,6 +24,8 @@ PreparedCase prepare(Problem p, Inputs in, std::optional<TensorI> injected, std:
   c.inputs = std::move(in);
   c.injected = std::move(injected);
   c.stages = std::move(stages);
+  static std::atomic<uint64_t> next_id{1};
+  c.id = next_id++;
   return c;
 }
 

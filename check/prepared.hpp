@@ -2,6 +2,7 @@
 // the backend, every oracle stage and the comparison (DESIGN.md "Data flow").
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct PreparedCase {
   std::optional<TensorI> injected;  // indices given to the attention instead of the top-k
   std::vector<Stage> stages;        // the stages whose tensors are checked
   int64_t width = 0;                // K' = min(K, Tp)
+  uint64_t id = 0;                  // unique to this prepare() in the process: copies and moves keep it
 
   bool checks(Stage s) const;
 };

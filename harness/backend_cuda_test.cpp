@@ -104,9 +104,11 @@ TEST_F(CudaCases, ImplementsTheAbsorbedPathOnly) {
   }
 }
 
-// fuzz --oracle gpu runs each next case's backend while the case before it is judged
-// (harness/prefetch.hpp): the fused backend and the GPU oracle then share the device. The verdicts
-// and every deterministic tensor's error are those of the runs made in turn.
+// fuzz --oracle gpu runs each next case's backend while the case before it is judged, and keeps the
+// next cases' inputs on the oracle's device as they are prepared (harness/prefetch.hpp): the fused
+// backend and the GPU oracle then share the device. The verdicts and every deterministic tensor's
+// error (against the exact oracle's values, from the inputs kept ahead) are those of the runs made
+// in turn.
 TEST_F(CudaCases, RunsAheadBesideTheGpuOracleAsInTurn) {
   const std::unique_ptr<Oracle> oracle = make_oracle("gpu");
   ASSERT_GT(backend_ahead_limit(*oracle), 0);
@@ -115,9 +117,9 @@ TEST_F(CudaCases, RunsAheadBesideTheGpuOracleAsInTurn) {
   std::vector<CaseVerdict> in_turn, ahead;
   for (const Case& c : cases) in_turn.push_back(run_case(c, *backend, oracle.get()));
   CasePrefetch prefetch;
-  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle));
+  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle), oracle.get());
   for (size_t i = 0; i < cases.size(); ++i) {
-    if (i + 1 < cases.size()) prefetch.start(cases[i + 1]);
+    for (size_t k = i + 1; k < std::min(i + 3, cases.size()); ++k) prefetch.start(cases[k]);
     ahead.push_back(run_case(cases[i], *backend, oracle.get(), 1, &prefetch));
   }
   const std::vector<std::string> det = cuda_deterministic_tensors();

@@ -334,7 +334,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // opens: its context records it.
   CasePrefetch prefetch;
   if (const double limit = backend_ahead_limit(*oracle); limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
-    prefetch.run_backends_ahead(backend, limit);
+    prefetch.run_backends_ahead(backend, limit, oracle.get());
     ctx.backend_ahead = true;
     if (!quiet)
       std::printf("backend runs ahead: each next case's backend run goes beside this case's oracle (cases of at most "

@@ -11,6 +11,7 @@
 #include "core/bf16.hpp"
 #include "core/rank_shard.hpp"
 #include "harness/bounds.hpp"
+#include "harness/device_normals.hpp"
 #include "harness/normal_bf16.hpp"
 #include "harness/philox.hpp"
 #include "core/errors.hpp"
@@ -44,8 +45,21 @@ using Rows = std::vector<int64_t>;
 
 bool per_row(const std::string& n) { return n != "W_UK" && n != "W_UV"; }
 
+// Whole tensors of this many values and up draw their normals on a device when there is one
+// (harness/device_normals.hpp): the same values, the host's CPU left to the cases beside.
+constexpr int64_t kDeviceDrawMin = int64_t(1) << 20;
+
 void fill(TensorD& t, const Stream& s, double stddev, bool uniform, const Rows* g) {
   const int64_t n = t.size(), w = t.row_size();
+  if (!uniform && !g && n >= kDeviceDrawMin) {
+    TensorData<uint16_t> bits(static_cast<size_t>(n));
+    if (device_bf16_normal_bits(s, stddev, bits.data(), n)) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        t.data[i] = bits[i] == kLibmDecides ? round_bf16(s.normal(i) * stddev) : double(bf16_float(bits[i]));
+      return;
+    }
+  }
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t at = g ? (*g)[i / w] * w + i % w : i;  // the element's global index: its counter

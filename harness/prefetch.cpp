@@ -7,6 +7,7 @@
 
 #include "core/inputs.hpp"
 #include "core/layout.hpp"
+#include "core/stopwatch.hpp"
 #include "core/trace.hpp"
 #include "harness/run_case.hpp"
 
@@ -15,7 +16,6 @@ namespace dsa {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Bytes of the case's inputs (doubles), 0 when the case does not even validate (its preparation
 // will say why, in take()).
@@ -68,13 +68,16 @@ void CasePrefetch::start(const Case& c) {
   auto slot = std::make_shared<Slot>();
   slot->c = c;
   slot->bytes = bytes;
-  std::shared_future<void> prepared = worker_.run([slot] {
+  Oracle* const keep = bytes <= ahead_max_bytes_ ? keep_oracle_ : nullptr;
+  std::shared_future<void> prepared = worker_.run([slot, keep] {
     try {
       const TraceSpan span("generate (ahead)");
       slot->pc = prepare_case(slot->c);
     } catch (...) {
       slot->prepare_error = std::current_exception();
+      return;
     }
+    if (keep) keep->keep_inputs_ahead(slot->pc);  // beside the judge of the case in flight
   });
   pending_.push_back({std::move(key), std::move(slot), std::move(prepared), std::nullopt});
 }
@@ -87,7 +90,7 @@ PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<B
   if (it == pending_.end()) {  // not started: prepared here, what is in flight kept for later
     taken_bytes_ = input_bytes(c);
     PreparedCase pc = prepare_case(c);
-    if (waited_s) *waited_s = since(t0);
+    if (waited_s) *waited_s = seconds_since(t0);
     return pc;
   }
   for (auto old = pending_.begin(); old != it; ++old) {
@@ -98,16 +101,17 @@ PreparedCase CasePrefetch::take(const Case& c, double* waited_s, std::optional<B
   taken_bytes_ = mine.slot->bytes;
   pending_.erase(pending_.begin(), it + 1);
   mine.prepared.get();  // the task itself never throws: its errors are in the slot
-  if (waited_s) *waited_s = since(t0);
+  if (waited_s) *waited_s = seconds_since(t0);
   if (mine.ran) mine.ran->get();  // the run ahead reads the inputs: done before they are handed out
   if (mine.slot->prepare_error) std::rethrow_exception(mine.slot->prepare_error);
   if (ahead) *ahead = std::move(mine.slot->ahead);
   return std::move(mine.slot->pc);
 }
 
-void CasePrefetch::run_backends_ahead(Backend& b, double max_input_bytes) {
+void CasePrefetch::run_backends_ahead(Backend& b, double max_input_bytes, Oracle* keep) {
   ahead_backend_ = &b;
   ahead_max_bytes_ = max_input_bytes;
+  keep_oracle_ = keep;
 }
 
 void CasePrefetch::backend_free() {
@@ -132,7 +136,7 @@ void CasePrefetch::backend_free() {
     } catch (...) {
       a.error = std::current_exception();
     }
-    a.seconds = a.run.seconds > 0 ? a.run.seconds : since(t0);
+    a.seconds = a.run.seconds > 0 ? a.run.seconds : seconds_since(t0);
     slot->ahead = std::move(a);
   }).share();
 }

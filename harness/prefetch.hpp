@@ -60,7 +60,9 @@ class CasePrefetch {
   // max_input_bytes each (the backend's and the oracle's device memory both hold a case at once).
   // b must outlive this prefetch, and nothing else may call b.run while a run ahead is in flight:
   // the caller calls wait_for_backend() before it runs b itself outside run_case (shrink).
-  void run_backends_ahead(Backend& b, double max_input_bytes);
+  // With `keep`, each such case's inputs also go to that oracle once prepared
+  // (Oracle::keep_inputs_ahead, on the preparing thread), so its judge finds them there.
+  void run_backends_ahead(Backend& b, double max_input_bytes, Oracle* keep = nullptr);
   // Called when the current case's backend runs are done: the first started case that is not yet
   // taken is run by the backend ahead (after its preparation), if run_backends_ahead allows it.
   void backend_free();
@@ -79,6 +81,7 @@ class CasePrefetch {
   std::deque<Pending> pending_;
   Backend* ahead_backend_ = nullptr;
   double ahead_max_bytes_ = 0;
+  Oracle* keep_oracle_ = nullptr;
   double taken_bytes_ = 0;  // inputs of the case last taken
   WorkerThread worker_;  // the preparations
   WorkerThread runner_;  // the runs ahead, which wait for their preparation. Last: gone first,

@@ -7,6 +7,7 @@
 
 #include "check/repeats.hpp"
 #include "core/errors.hpp"
+#include "core/stopwatch.hpp"
 #include "core/trace.hpp"
 #include "harness/bucket.hpp"
 #include "harness/generate.hpp"
@@ -16,7 +17,6 @@ namespace dsa {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 bool is_std_exception(std::exception_ptr e) {
   try {
@@ -83,7 +83,7 @@ CaseVerdict run_case(const Case& asked, Backend& b, Oracle* oracle, int repeat, 
     const TraceSpan span("generate");
     const auto g0 = Clock::now();
     pc = prepare_case(c);
-    generate_s = since(g0);
+    generate_s = seconds_since(g0);
   }
   pc.stages = c.stages;  // generation does not depend on them: a prefetched case has the asked ones
   CaseVerdict v = run_case_stages(c, std::move(pc), generate_s, b, oracle, repeat, prefetch, std::move(ahead));
@@ -113,7 +113,7 @@ static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double 
     } catch (const std::exception&) {
       failed = std::current_exception();
     }
-    backend_s = run.seconds > 0 ? run.seconds : since(t0);
+    backend_s = run.seconds > 0 ? run.seconds : seconds_since(t0);
   }
   // The backend is free: the next case may run on it while this one is judged. Not under
   // --repeat, whose later runs of this case come after the judge.
@@ -155,7 +155,7 @@ static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double 
         crashed(v, "run " + std::to_string(k) + " of --repeat " + std::to_string(repeat) + ": " + e.what());
         break;
       }
-      v.backend_s += again.seconds > 0 ? again.seconds : since(tk);
+      v.backend_s += again.seconds > 0 ? again.seconds : seconds_since(tk);
       ++runs;
       check_repeat(v, run.result, again.result, deterministic);
     }

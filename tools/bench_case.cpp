@@ -55,7 +55,7 @@ void run_case_all_in(benchmark::State& state) {
   // pipeline's steady state.
   uint64_t seed = 2;
   CasePrefetch prefetch;
-  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle));
+  prefetch.run_backends_ahead(*backend, backend_ahead_limit(*oracle), oracle.get());
   prefetch.start(production_case(m, S, seed));
   prefetch.start(production_case(m, S, seed + 1));
   run_case(production_case(m, S, 1), *backend, oracle.get(), 1, &prefetch);

@@ -23,6 +23,7 @@
 #include "check/gpu/kernels.hpp"
 #include "check/gpu/key_sets.hpp"
 #include "core/errors.hpp"
+#include "core/stopwatch.hpp"
 #include "core/trace.hpp"
 
 namespace dsa {
@@ -30,7 +31,6 @@ namespace gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string shape_text(const Shape& s) {
   std::string r = "[";

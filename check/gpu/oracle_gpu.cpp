@@ -188,7 +188,7 @@ class GpuOracle : public Oracle {
     wait_uploads();
     {
       std::lock_guard<std::mutex> lock(inputs_mu_);
-      inputs_.reset(), inputs_case_ = nullptr;
+      inputs_.reset(), inputs_case_ = nullptr, inputs_id_ = 0;
     }
     std::lock_guard<std::mutex> lock(mu_);
     held_[0].clear(), held_[1].clear();
@@ -196,13 +196,42 @@ class GpuOracle : public Oracle {
   }
 
  private:
-  // Case c's inputs on the device: taken up by the first of its runs (the other precision's run
-  // waits for them here), kept until release_held.
+  // Case c's inputs on the device: kept ahead (keep_inputs_ahead), else taken up by the first of its
+  // runs (the other precision's run waits for them here); kept until release_held.
   std::shared_ptr<const DeviceInputs> kept_inputs(const PreparedCase& c) {
     std::lock_guard<std::mutex> lock(inputs_mu_);
-    if (!inputs_ || inputs_case_ != &c) inputs_ = gpu_keep_inputs(c.inputs), inputs_case_ = &c;
+    if (inputs_ && inputs_case_ == &c && inputs_id_ == c.id) return inputs_;
+    const auto ahead = std::find_if(ahead_.begin(), ahead_.end(), [&](const auto& a) { return a.first == c.id; });
+    if (c.id != 0 && ahead != ahead_.end()) {
+      inputs_ = std::move(ahead->second);
+      ahead_.erase(ahead);
+    } else {
+      inputs_ = gpu_keep_inputs(c.inputs);
+    }
+    inputs_case_ = &c, inputs_id_ = c.id;
     return inputs_;
   }
+
+ public:
+  void keep_inputs_ahead(const PreparedCase& c) override {
+    if (c.id == 0) return;  // not from prepare(): no identity to find it by
+    {
+      std::lock_guard<std::mutex> lock(inputs_mu_);
+      if (inputs_id_ == c.id || std::any_of(ahead_.begin(), ahead_.end(), [&](const auto& a) { return a.first == c.id; }))
+        return;
+    }
+    std::shared_ptr<const DeviceInputs> kept;
+    try {
+      kept = gpu_keep_inputs(c.inputs);
+    } catch (const std::exception&) {
+      return;  // the case's own run takes them up, and reports what fails
+    }
+    std::lock_guard<std::mutex> lock(inputs_mu_);
+    ahead_.emplace_back(c.id, std::move(kept));
+    if (ahead_.size() > kKeptAhead) ahead_.pop_front();
+  }
+
+ private:
 
   using Uploads = std::map<std::string, gpu::DeviceArray<double>>;
 
@@ -241,8 +270,11 @@ class GpuOracle : public Oracle {
   std::deque<Block> blocks_[2];  // exact, bf16
   gpu::HeldOutputs held_[2];     // exact, bf16: the last held run's
   std::mutex inputs_mu_;
-  std::shared_ptr<const DeviceInputs> inputs_;  // kept_inputs's, of case inputs_case_
+  std::shared_ptr<const DeviceInputs> inputs_;  // kept_inputs's, of case inputs_case_ (id inputs_id_)
   const PreparedCase* inputs_case_ = nullptr;
+  uint64_t inputs_id_ = 0;
+  static constexpr size_t kKeptAhead = 2;  // the case the backend runs ahead and the one after it
+  std::deque<std::pair<uint64_t, std::shared_ptr<const DeviceInputs>>> ahead_;  // keep_inputs_ahead's, by id
   std::future<Uploads> uploads_;  // upload_backend_outputs's, in flight
   Uploads uploaded_;              // ... and done, until compare_held takes them
   const int64_t hold_min_elements_;
