@@ -77,7 +77,9 @@ void CasePrefetch::start(const Case& c) {
       slot->prepare_error = std::current_exception();
       return;
     }
-    if (keep) keep->keep_inputs_ahead(slot->pc);  // beside the judge of the case in flight
+    // Beside the judge of the case in flight; part of the preparation, so that take() cannot move
+    // the inputs away while they go up.
+    if (keep) keep->keep_inputs_ahead(slot->pc);
   });
   pending_.push_back({std::move(key), std::move(slot), std::move(prepared), std::nullopt});
 }
