@@ -10,7 +10,6 @@
 // the result never depends on the series, only the speed does (harness/normal_bf16_test.cpp).
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -21,11 +20,8 @@
 namespace dsa::philox {
 
 inline double bf16_normal(const Stream& s, uint64_t i, double stddev) {
-  const Block b = s.block(i);
-  const double u1 = Stream::unit(b[0], b[1]), u2 = Stream::unit(b[2], b[3]);
-  const double y = std::sqrt(-2.0 * std::log(u1)) * series::cos_0_2pi(6.283185307179586 * u2) * stddev;
-  const uint64_t bits = std::bit_cast<uint64_t>(y);
-  if (series::bf16_rounding_is_safe(bits, 1e-12 * (std::fabs(stddev) + std::fabs(y)))) return round_bf16(y);
+  const double y = series::normal_times(s.block(i), stddev);
+  if (series::rounds_as_libm(y, stddev)) return round_bf16(y);
   return round_bf16(s.normal(i) * stddev);
 }
 

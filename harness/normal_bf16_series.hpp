@@ -1,16 +1,13 @@
 // What bf16_normal (harness/normal_bf16.hpp) and its device fill (harness/gpu/normal_fill.cu)
-// share: Box-Muller's cos by a short series, and the test that decides whether a value computed
-// with it rounds to bf16 as libm's would. C++17, host and device: nvcc compiles it too.
+// share: Box-Muller with its cos by a short series, and the test that decides whether a value
+// computed so rounds to bf16 as libm's would. C++17, host and device: nvcc compiles it too.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define DSA_HOST_DEVICE __host__ __device__
-#else
-#define DSA_HOST_DEVICE
-#endif
+#include "harness/philox.hpp"
 
 namespace dsa::philox::series {
 
@@ -42,6 +39,16 @@ DSA_HOST_DEVICE inline double double_of_bits(uint64_t b) {
 #endif
 }
 
+DSA_HOST_DEVICE inline uint64_t bits_of_double(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t b;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+#endif
+}
+
 // Whether every value within `bound` of the double `bits` rounds to bf16 as it does, the value in
 // bf16's normal range: no bf16 rounding boundary (a mantissa whose 45 dropped bits are 10…0) is
 // that near. Rounding is monotonic, so only the boundary of the value's own binade can be; outside
@@ -61,6 +68,19 @@ DSA_HOST_DEVICE inline uint16_t bf16_bits_of_normal(uint64_t bits) {
   // sign, 8-bit exponent (rebiased from 11 bits), 7 mantissa bits
   const uint64_t sign = bits >> 63, exp11 = (bits >> 52) & 0x7FF, mant7 = (bits >> 45) & 0x7F;
   return static_cast<uint16_t>((sign << 15) | ((exp11 - 1023 + 127) << 7) | mant7);
+}
+
+// Stream::normal of the Philox block b times stddev, its cos by the series above (its log is
+// libm's on the host, libdevice's on the device: within 1 ulp).
+DSA_HOST_DEVICE inline double normal_times(const Block& b, double stddev) {
+  const double u1 = Stream::unit(b[0], b[1]), u2 = Stream::unit(b[2], b[3]);
+  return sqrt(-2.0 * log(u1)) * cos_0_2pi(6.283185307179586 * u2) * stddev;
+}
+
+// Whether y = normal_times(b, stddev) rounds to bf16 as round_bf16(Stream::normal · stddev) does:
+// the series' error is below 10^-15 (|z| ≤ 8.6), the bound 10^-12 of the scale.
+DSA_HOST_DEVICE inline bool rounds_as_libm(double y, double stddev) {
+  return bf16_rounding_is_safe(bits_of_double(y), 1e-12 * (fabs(stddev) + fabs(y)));
 }
 
 }  // namespace dsa::philox::series

@@ -9,13 +9,20 @@
 #include <cstdint>
 #include <string_view>
 
+// What the device's draws (harness/gpu/normal_fill.cu) share with the host's: nvcc compiles this too.
+#if defined(__CUDACC__)
+#define DSA_HOST_DEVICE __host__ __device__
+#else
+#define DSA_HOST_DEVICE
+#endif
+
 namespace dsa::philox {
 
 using Block = std::array<uint32_t, 4>;
 using Key = std::array<uint32_t, 2>;
 
 // Philox4x32 with 10 rounds; the key is bumped by the Weyl constants between rounds.
-inline Block philox4x32_10(Block ctr, Key key) {
+DSA_HOST_DEVICE inline Block philox4x32_10(Block ctr, Key key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
@@ -43,11 +50,11 @@ struct Stream {
   Stream(uint64_t seed, std::string_view tensor_name)
       : key{uint32_t(seed), uint32_t(seed >> 32)}, name(name_hash(tensor_name)) {}
 
-  Block block(uint64_t i) const {
+  DSA_HOST_DEVICE Block block(uint64_t i) const {
     return philox4x32_10({uint32_t(i), uint32_t(i >> 32), uint32_t(name), uint32_t(name >> 32)}, key);
   }
   // 53-bit uniforms in (0, 1] from two words (never 0, so log() is finite).
-  static double unit(uint32_t hi, uint32_t lo) {
+  DSA_HOST_DEVICE static double unit(uint32_t hi, uint32_t lo) {
     const uint64_t m = (uint64_t{hi} << 21) ^ (lo >> 11);  // 53 bits
     return (double(m & ((1ull << 53) - 1)) + 1.0) * 0x1p-53;
   }

@@ -232,7 +232,6 @@ class GpuOracle : public Oracle {
   }
 
  private:
-
   using Uploads = std::map<std::string, gpu::DeviceArray<double>>;
 
   // The upload in flight, finished. Never throws (release_held runs in destructors): a failed
