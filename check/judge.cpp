@@ -218,8 +218,8 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
       const double floor = n == "loss"   ? loss_floor(lowp.kl, exact.kl, coeff_over_N, kl_floor, L)
                            : n == "kl"   ? kl_floor
                            : n == "dw"   ? kFloorRel * grads.dw
-                           : n == "dq_I" ? kFloorRel * grads.dq_I
-                           : n == "dk_I" ? kFloorRel * grads.dk_I
+                           : n == "dq_I" ? kFloorRel * grads.dq_I + (exact.kink ? exact.kink->dq_I : 0)
+                           : n == "dk_I" ? kFloorRel * grads.dk_I + (exact.kink ? exact.kink->dk_I : 0)
                                          : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;

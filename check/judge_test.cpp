@@ -15,6 +15,7 @@
 #include "check/side_thread.hpp"
 #include "core/bf16.hpp"
 #include "reference/core.hpp"
+#include "reference/test_util.hpp"
 
 namespace dsa {
 namespace {
@@ -173,6 +174,43 @@ TEST(Judge, ANonEquivalentRowIsJudgedAlone) {
   }
   EXPECT_GT(query_side_failures, 0) << "row g attends over other keys than the canonical ones";
   EXPECT_EQ(oracle->counts().total(), 4);
+}
+
+// ReLU's kink (SPEC.md §9): where the exact u sits below the fp32 resolution of its dot product, a
+// kernel may compute φ'(u) as 0 or 1. Seen on the H100: a production case's dq_I failed at one
+// element whose two largest terms had u = 3e-9 against an fp32 bound of 3e-6. The exact oracle's
+// kink slack lets such a flip pass, and only such a flip: the same drop of a term whose u is
+// 2⁻⁶ still fails. The "backend" is the bf16 reference on inputs where that u is exactly 0.
+TEST(Judge, AReluFlipBelowFp32ResolutionPassesAndOnlyThere) {
+  for (const double third : {0x1p-15, 0x1p-3}) {
+    PreparedCase c = small_case(4, {9, 23});
+    c.problem.loss = LossMode::dense;  // every visible key in the loss: the planted key is in
+    const int64_t g = c.layout.cu[1] + 10, t = c.layout.cu[1] + 3;
+    test::plant_kink(c.inputs, g, 0, t, third, 16.0);
+    Inputs flipped = c.inputs;
+    flipped.k_I.at(t, c.problem.dims.DI - 1) = 0.0;  // u(g, 0, t) = 0: φ' = 0
+    RunOptions bf;
+    bf.precision = Precision::bf16;
+    const Result f = run_core(c.problem, flipped, bf);
+    const Result x = run_core(c.problem, c.inputs, RunOptions{});
+    ASSERT_TRUE(x.kink.has_value());
+    auto oracle = make_cpu_oracle();
+    const CaseVerdict v = judge(c, f, *oracle);
+    const TensorCheck* dq = nullptr;
+    for (const TensorCheck& ch : v.checks)
+      if (ch.tensor == "dq_I") dq = &ch;
+    ASSERT_NE(dq, nullptr);
+    if (third == 0x1p-15) {
+      EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
+      EXPECT_GT(x.kink->dq_I, 0);
+      EXPECT_GT(x.kink->dk_I, 0);
+      // Without the slack dq_I would fail: the flip is larger than the rounding tolerance.
+      EXPECT_GT(dq->e_f, dq->alpha * dq->e_l + dq->floor - x.kink->dq_I) << dq->detail;
+    } else {
+      EXPECT_EQ(x.kink->dq_I, 0);  // no u near 0 in this case
+      EXPECT_TRUE(dq->failed()) << "dropping a term of u = 2^-6 is a real error";
+    }
+  }
 }
 
 TEST(Judge, ATensorTheBackendDidNotWriteIsNeverAPass) {

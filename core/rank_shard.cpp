@@ -53,6 +53,7 @@ Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& rank
   r.dW_UK = r0.dW_UK;
   r.dW_UV = r0.dW_UV;
   if (!r0.kl.shape.empty()) r.loss = TensorD({1}, r0.loss);  // the loss stage ran
+  r.kink = r0.kink;
   return r;
 }
 
@@ -70,6 +71,7 @@ Result assemble_whole(RankResult&& rank) {
   r.dc = std::move(rank.dc), r.dk_pe = std::move(rank.dk_pe), r.dk_I = std::move(rank.dk_I);
   r.dW_UK = std::move(rank.dW_UK), r.dW_UV = std::move(rank.dW_UV);
   if (!r.kl.shape.empty()) r.loss = TensorD({1}, rank.loss);  // the loss stage ran
+  r.kink = rank.kink;
   return r;
 }
 

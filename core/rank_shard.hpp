@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/inputs.hpp"
@@ -23,6 +24,7 @@ struct RankResult {
   TensorD dc, dk_pe, dk_I;                              // local rows, reduced over ranks
   TensorD dW_UK, dW_UV;                                 // reduced over ranks
   double loss = 0;
+  std::optional<KinkSlack> kink;  // global (reduced over ranks): every rank holds the same
 };
 
 // The global Result of every rank's RankResult, rank q's local row i being global row

@@ -10,6 +10,21 @@
 
 namespace dsa {
 
+// The largest change a legal flip of φ'(u) can make to one element of dq_I or dk_I (SPEC.md §9).
+// ReLU's φ' jumps at u = 0; where the exact |u| is within the fp32 rounding bound of its DI-term
+// dot product (kink_band), a bf16-policy kernel may compute u ≤ 0 or u > 0, and either is right.
+// Per element: the sum over such terms of |dI·w|·|the other factor|, the maximum over elements.
+// Only the exact oracles fill it; the comparison adds it to the tensor's floor.
+struct KinkSlack {
+  double dq_I = 0, dk_I = 0;
+};
+
+// The band of |u| within which φ'(u) is ambiguous: 4·DI·2⁻²⁴·‖q_I‖·‖k_I‖ (Cauchy–Schwarz bounds
+// Σ|q_i·k_i|; a DI-term fp32 sum is within (DI−1)·2⁻²⁴ of it, tensor-core accumulation a few times that).
+inline double kink_band(int64_t DI, double q_norm, double k_norm) {
+  return 4.0 * static_cast<double>(DI) * 0x1p-24 * q_norm * k_norm;
+}
+
 struct Result {
   std::optional<TensorD> scores;  // [Tp, Tp] indexer scores, −inf where not visible (small cases only)
   TensorI topk;                   // [Tp, K'] indexer top-k, −1 for empty slots
@@ -20,6 +35,7 @@ struct Result {
   TensorD loss;                   // [1]
   TensorD dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe;  // attention backward (SPEC.md §6)
   TensorD dq_I, dk_I, dw;                           // indexer loss backward (SPEC.md §7)
+  std::optional<KinkSlack> kink;                    // exact oracles only, with the loss backward and ReLU
 
   // The float-valued outputs by name, in a fixed order; empty tensors were not produced.
   void for_each_float(const std::function<void(const std::string&, const TensorD&)>& f) const;

@@ -100,6 +100,23 @@ TEST(Sharded, NonDefaultPadMultiples) {
   }
 }
 
+// The kink slack (core/result.hpp) is a property of the case: the ranks' sums and maxima give the
+// single process's value, with a planted u = 2⁻³⁰ whose key lies on another rank than its row.
+TEST(Sharded, KinkSlackEqualsGlobal) {
+  for (Layout l : {Layout::zigzag, Layout::contiguous}) {
+    Problem p = test::small_problem({9, 23}, test::tiny_dims(), 5);
+    p.cp.size = 2, p.cp.layout = l, p.loss = LossMode::dense;
+    const StreamLayout L = test::layout_of(p);
+    Inputs in = test::random_inputs(p.dims, L.tp, 5);
+    test::plant_kink(in, L.cu[1] + 20, 0, L.cu[1] + 1, 0x1p-15, 4.0);
+    const Result global = run_core(p, in, {}), sharded = run_core_sharded(p, in, {});
+    ASSERT_TRUE(global.kink && sharded.kink);
+    EXPECT_GT(global.kink->dq_I, 0);
+    EXPECT_NEAR(sharded.kink->dq_I, global.kink->dq_I, 1e-12 * global.kink->dq_I) << name(l);
+    EXPECT_NEAR(sharded.kink->dk_I, global.kink->dk_I, 1e-12 * global.kink->dk_I) << name(l);
+  }
+}
+
 }  // namespace cp_test
 }  // namespace
 }  // namespace dsa

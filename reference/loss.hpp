@@ -37,6 +37,11 @@ void Rank<P>::loss(RankOutput& out) {
   for (int t = 0; t < nthreads; ++t) dkI.push_back(Held<R>::zero(Tp_, d_.DI));
   Held<R> dqI = Held<R>::zero(Tq_, d_.HI * d_.DI), dw = Held<R>::zero(Tq_, d_.HI);
   Vec<R> kl = Vec<R>::Zero(Tq_);
+  // The exact run's kink slack (SPEC.md §9, core/result.hpp KinkSlack): per thread, the largest
+  // (row, head) sum and the per-key sums.
+  const bool kinks = !P::rounds && p_.relu;
+  std::vector<double> kink_rows(nthreads, 0.0);
+  std::vector<std::vector<double>> kink_keys(nthreads, std::vector<double>(kinks ? Tp_ : 0, 0.0));
 
   // The streaming form walks chunks of rows; each row's work is independent, so the chunk is
   // only a bound on live memory here. Its A_h reuses the attention's lse instead of a softmax.
@@ -96,6 +101,7 @@ void Rank<P>::loss(RankOutput& out) {
             dw(i, h) += dI(t) * phi(u(t, h));
             du(t, h) = P::bf(dI(t) * w_(i, h) * dphi(u(t, h)));
           }
+        if (kinks) kink_terms(i, keys, u, dI, qI, kI, kink_rows[tid], kink_keys[tid]);
         Eigen::Map<Mat<R>>(dqI.row(i).data(), d_.HI, d_.DI).noalias() = du.transpose() * kI;
         auto dk = dk_buf.as(n, d_.DI);
         dk.noalias() = du * qI;
@@ -111,12 +117,49 @@ void Rank<P>::loss(RankOutput& out) {
   double contrib[1] = {p_.coeff * static_cast<double>(kl.template cast<double>().sum()) / N};
   all_reduce(contrib, 1);
   out.loss = static_cast<double>(static_cast<R>(contrib[0]));
+  if (kinks) {
+    // Keys: summed over threads and ranks (every rank sees the keys in the same gathered order);
+    // rows: the largest over threads, then over ranks (each rank's in its own slot of a sum).
+    for (int t = 1; t < nthreads; ++t)
+      for (int64_t k = 0; k < Tp_; ++k) kink_keys[0][k] += kink_keys[t][k];
+    all_reduce(kink_keys[0].data(), Tp_);
+    const int ranks = plan_.comm ? plan_.comm->size() : 1, me = plan_.comm ? plan_.comm->rank() : 0;
+    std::vector<double> rows(ranks, 0.0);
+    rows[me] = *std::max_element(kink_rows.begin(), kink_rows.end());
+    all_reduce(rows.data(), ranks);
+    out.kink = KinkSlack{*std::max_element(rows.begin(), rows.end()),
+                         Tp_ ? *std::max_element(kink_keys[0].begin(), kink_keys[0].end()) : 0.0};
+  }
   bf_inplace<P>(dqI);
   bf_inplace<P>(dw);
   out.kl = to_tensor<R>(kl.transpose(), {Tq_});
   out.dq_I = to_tensor<R>(dqI, {Tq_, d_.HI, d_.DI});
   out.dw = to_tensor<R>(dw, {Tq_, d_.HI});
   out.dk_I = round_out(reduce_scatter_keys(dkI[0]));
+}
+
+// Row i's terms of the kink slack: where 0 < band and |u| ≤ band = kink_band(DI, ‖q_I[g,h]‖, ‖k_I[t]‖),
+// |dI·w| times max|k_I[t]| adds to (row, head), times max|q_I[g,h]| to key t (core/result.hpp).
+template <class P>
+void Rank<P>::kink_terms(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& u,
+                         const Vec<R>& dI, const Eigen::Ref<const Mat<R>>& qI, const Eigen::Ref<const Mat<R>>& kI,
+                         double& row_most, std::vector<double>& key_sums) const {
+  std::vector<double> heads(d_.HI, 0.0), q_norm(d_.HI), q_most(d_.HI);
+  for (int64_t h = 0; h < d_.HI; ++h) {
+    q_norm[h] = static_cast<double>(qI.row(h).norm());
+    q_most[h] = static_cast<double>(qI.row(h).cwiseAbs().maxCoeff());
+  }
+  for (int64_t t = 0; t < static_cast<int64_t>(keys.size()); ++t) {
+    const double k_norm = static_cast<double>(kI.row(t).norm()), k_most = static_cast<double>(kI.row(t).cwiseAbs().maxCoeff());
+    for (int64_t h = 0; h < d_.HI; ++h) {
+      const double band = kink_band(d_.DI, q_norm[h], k_norm);
+      if (!(band > 0) || std::fabs(static_cast<double>(u(t, h))) > band) continue;
+      const double c = std::fabs(static_cast<double>(dI(t) * w_(i, h)));
+      heads[h] += c * k_most;
+      key_sums[keys[t]] += c * q_most[h];
+    }
+  }
+  for (double x : heads) row_most = std::max(row_most, x);
 }
 
 }  // namespace dsa::detail

@@ -307,6 +307,9 @@ class Rank {
   // u[t,h] = k_I[t]·q_I[g,h] over the keys' gathered k_I rows kI [n, DI]; u is [n, HI].
   void indexer_u(int64_t i, const Eigen::Ref<const Mat<R>>& kI, Eigen::Ref<Mat<R>> u) const;
   Vec<R> indexer_scores(int64_t i, const Eigen::Ref<const Mat<R>>& u) const;  // I = φ(u)·w[g]
+  void kink_terms(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& u, const Vec<R>& dI,
+                  const Eigen::Ref<const Mat<R>>& qI, const Eigen::Ref<const Mat<R>>& kI, double& row_most,
+                  std::vector<double>& key_sums) const;  // loss.hpp
   std::vector<int64_t> visible_keys(int64_t g) const;
   int64_t max_visible() const;  // the most keys any local row sees
   void indexer(RankOutput& out);  // scores and the canonical top-k of every local row

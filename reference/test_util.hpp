@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -81,6 +82,23 @@ inline TensorD random_tensor(Shape s, uint64_t seed, double sigma = 1.0) {
   std::normal_distribution<double> normal(0.0, sigma);
   for (double& x : t.data) x = to_bf16(normal(rng));
   return t;
+}
+
+// ReLU's kink (SPEC.md §9, core/result.hpp KinkSlack): makes u = q_I[gi,h]·k_I[ti] = third² from
+// the three nonzero terms s² (dim 0) − s² (dim DI/2) + third·third (dim DI − 1). With third = 2⁻¹⁵,
+// u = 2⁻³⁰ is below the fp32 resolution of the sum: an fp32 kernel may compute 0 (φ' = 0) or 2⁻³⁰
+// (φ' = 1) by its order. Sequential, lane-wise SIMD and halving-tree sums all cancel s² first (the
+// bf16 reference gets 2⁻³⁰). third = 0 gives u = 0 exactly. s (a power of 2) sets the term's weight
+// in the gradients. Rows gi and ti in the inputs' own order; DI ≥ 4.
+inline void plant_kink(Inputs& in, int64_t gi, int64_t h, int64_t ti, double third, double s = 1.0) {
+  const int64_t DI = in.k_I.dim(1);
+  double* q = &in.q_I.at(gi, h, 0);
+  double* k = in.k_I.row(ti);
+  std::fill_n(q, DI, 0.0);
+  std::fill_n(k, DI, 0.0);
+  q[0] = q[DI / 2] = k[0] = s;
+  k[DI / 2] = -s;
+  q[DI - 1] = k[DI - 1] = third;
 }
 
 }  // namespace dsa::test

@@ -493,7 +493,7 @@ class Oracle {
   }
 
   // ---- indexer KL loss (SPEC.md §7) ----
-  void loss(Result&) {
+  void loss(Result& res) {
     const int64_t H = d_.H, HI = d_.HI, DI = d_.DI;
     kl_.reset(Tp_), dq_I_.reset(Tp_ * HI * DI), dw_.reset(Tp_ * HI), dk_I_.reset(Tp_ * DI);
     if (p_.loss == LossMode::off) return;
@@ -512,6 +512,9 @@ class Oracle {
     maxima(chunks, mr, ms);
     DeviceArray<R> Qt(dense ? mr * H * CR_ : 0), Kg(dense ? ms * CR_ : 0), A(dense ? ms * H : 0), T(ms),
         kIg(ms * DI), u(ms * HI), du(ms * HI), dk(ms * DI), scratch(ms);
+    // The exact run's kink slack (SPEC.md §9): per row, the largest head sum; per key, the sum.
+    const bool kinks = !kLowp && p_.relu;
+    DeviceArray<R> row_slack(kinks ? Tp_ : 0), key_slack(kinks ? Tp_ : 0);
     const R scale = static_cast<R>(p_.coeff / counted());
     for (const Chunk& c : chunks) {
       const RowKeys k = dense ? dense_keys(c) : sparse_keys(c);
@@ -533,12 +536,23 @@ class Oracle {
               u.get(), HI, k.kmax * HI, k.B);
       kl_rows<R>(u.get(), w_.get() + c.r0 * HI, T.get(), k.count, k.B, HI, k.kmax, p_.relu, scale,
                  kl_.get() + c.r0, dw_.get() + c.r0 * HI, du.get(), scratch.get());
+      if (kinks)
+        kink_slack<R>(k, u.get(), w_.get() + c.r0 * HI, scratch.get(), kIg.get(), qI, HI, DI, R(kink_band(DI, 1, 1)),
+                      row_slack.get() + c.r0, key_slack.get());
       // dq_I[g] = duᵀ·k_I[keys];  dk_I[key] += du·q_I[g]
       gemm<R>(blas(), true, false, HI, DI, k.kmax, R(1), {du.get(), HI, k.kmax * HI}, {kIg.get(), DI, k.kmax * DI},
               R(0), dq_I_.get() + c.r0 * HI * DI, DI, HI * DI, k.B);
       gemm<R>(blas(), false, false, k.kmax, DI, HI, R(1), {du.get(), HI, k.kmax * HI}, {qI, DI, HI * DI}, R(0),
               dk.get(), DI, k.kmax * DI, k.B);
       scatter_add_keys<R>(k, dk.get(), DI, dk_I_.get(), DI);
+    }
+    if (kinks) {
+      auto largest = [](const DeviceArray<R>& a) {
+        std::vector<double> h(a.size());
+        to_host<R>(a.get(), h.data(), a.size());
+        return h.empty() ? 0.0 : *std::max_element(h.begin(), h.end());
+      };
+      res.kink = KinkSlack{largest(row_slack), largest(key_slack)};
     }
     maybe_round(dq_I_.get(), Tp_ * HI * DI);
     maybe_round(dw_.get(), Tp_ * HI);

@@ -293,6 +293,33 @@ TEST(GpuOracle, StageSwitches) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(exact_close(a[i].first, *a[i].second, *b[i].second));
 }
 
+// The exact runs' kink slack (core/result.hpp KinkSlack) on a case with u = 2⁻³⁰ planted at two
+// (row, head, key) triples, one under each loss mode: the same on the device as on the CPU, and
+// nonzero (both planted keys are visible; the dense loss counts every visible key, the sparse one
+// the selected keys, which the planted scores need not reach, hence only ≥ 0 there).
+TEST(GpuOracle, KinkSlackMatchesCpuReference) {
+  DSA_REQUIRE_DEVICE();
+  for (const LossMode mode : {LossMode::dense, LossMode::sparse}) {
+    Problem p = base({40, 23}, 8);
+    p.loss = mode;
+    const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+    Inputs in = test::random_inputs(p.dims, L.tp, 77);
+    test::plant_kink(in, L.cu[1] + 20, 0, L.cu[1] + 19, 0x1p-15, 4.0);
+    test::plant_kink(in, 30, 1, 2, 0x1p-15, 4.0);
+    const Result cpu = run_core(p, in, RunOptions{});
+    const Result gpu = gpu_oracle_run(p, L, in, GpuOracleOptions{});
+    ASSERT_TRUE(cpu.kink.has_value());
+    ASSERT_TRUE(gpu.kink.has_value());
+    EXPECT_NEAR(gpu.kink->dq_I, cpu.kink->dq_I, 1e-12 * cpu.kink->dq_I);
+    EXPECT_NEAR(gpu.kink->dk_I, cpu.kink->dk_I, 1e-12 * cpu.kink->dk_I);
+    if (mode == LossMode::dense) EXPECT_GT(cpu.kink->dq_I, 0);
+    // Under the bf16 policy there is no slack (only the exact oracle decides φ' exactly).
+    GpuOracleOptions bf;
+    bf.precision = Precision::bf16;
+    EXPECT_FALSE(gpu_oracle_run(p, L, in, bf).kink.has_value());
+  }
+}
+
 // SPEC.md §7: the streaming sparse KL (reusing the attention's lse) equals the plain sparse KL to
 // fp64 rounding, gradients included (here bit for bit: both take the target from the forward's P).
 TEST(GpuOracle, StreamingKlEqualsSparse) {

@@ -116,5 +116,12 @@ template <class R> void kl_target(const R* A, const int32_t* count, int64_t B, i
 // Rows with no keys give kl 0, dw 0, du 0. scratch holds [B, kmax].
 template <class R> void kl_rows(const R* u, const R* w, const R* T, const int32_t* count, int64_t B, int64_t HI,
                                 int64_t kmax, bool relu, R scale, R* kl, R* dw, R* du, R* scratch);
+// The kink slack of SPEC.md §9 over one chunk (core/result.hpp KinkSlack), after kl_rows (dI: its
+// scratch): terms with |u| ≤ band·‖q_I[g,h]‖·‖k_I[key]‖ (band = kink_band(DI, 1, 1)) add
+// |dI·w|·max|k_I[key]| to their (row, head) and |dI·w|·max|q_I[g,h]| to key_slack[key];
+// row_slack[b] is row b's largest head sum. kIg [B, kmax, DI], qI [B, HI, DI].
+template <class R>
+void kink_slack(const RowKeys& k, const R* u, const R* w, const R* dI, const R* kIg, const R* qI, int64_t HI,
+                int64_t DI, R band, R* row_slack, R* key_slack);
 
 }  // namespace dsa::gpu

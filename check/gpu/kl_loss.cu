@@ -77,7 +77,62 @@ __global__ void kl_rows_k(const R* u, const R* w, const R* T, const int32_t* cou
   }
 }
 
+// The kink slack (core/result.hpp KinkSlack) of one chunk's rows: each term whose |u| lies within
+// band·‖q_I[g,h]‖·‖k_I[key]‖ of 0 (a nonzero band: a zero vector gives u = 0 exactly, no flip)
+// adds |dI·w| times max|k_I[key]| to its (row, head) and times max|q_I[g,h]| to its key.
+// row_slack[b] = the row's largest head sum; key_slack[key] accumulates (atomics).
+template <class R>
+__global__ void kink_slack_k(RowKeys k, const R* u, const R* w, const R* dI, const R* kIg, const R* qI, int64_t HI,
+                             int64_t DI, R band, R* row_slack, R* key_slack) {
+  extern __shared__ unsigned char kink_smem[];
+  R* qn = reinterpret_cast<R*>(kink_smem);  // [HI] ‖q_I[g,h]‖, then max|q_I[g,h]|, then the head sums
+  R* qm = qn + HI;
+  R* acc = qm + HI;
+  const int64_t b = blockIdx.x, n = k.count[b], kmax = k.kmax;
+  for (int64_t h = threadIdx.x; h < HI; h += blockDim.x) {
+    R ss = 0, mx = 0;
+    for (int64_t d = 0; d < DI; ++d) {
+      const R q = qI[(b * HI + h) * DI + d];
+      ss += q * q;
+      mx = max(mx, abs(q));
+    }
+    qn[h] = sqrt(ss), qm[h] = mx, acc[h] = 0;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    R ss = 0, km = 0;
+    for (int64_t d = 0; d < DI; ++d) {
+      const R x = kIg[(b * kmax + j) * DI + d];
+      ss += x * x;
+      km = max(km, abs(x));
+    }
+    const R kn = sqrt(ss);
+    for (int64_t h = 0; h < HI; ++h) {
+      const R width = band * qn[h] * kn, uu = u[(b * kmax + j) * HI + h];
+      if (width > R(0) && abs(uu) <= width) {
+        const R c = abs(dI[b * kmax + j] * w[b * HI + h]);
+        atomicAdd(&acc[h], c * km);
+        atomicAdd(&key_slack[k.key(b, j)], c * qm[h]);
+      }
+    }
+  }
+  __syncthreads();
+  R m = 0;
+  for (int64_t h = threadIdx.x; h < HI; h += blockDim.x) m = max(m, acc[h]);
+  m = block_max(m);
+  if (threadIdx.x == 0) row_slack[b] = m;
+}
+
 }  // namespace
+
+template <class R>
+void kink_slack(const RowKeys& k, const R* u, const R* w, const R* dI, const R* kIg, const R* qI, int64_t HI,
+                int64_t DI, R band, R* row_slack, R* key_slack) {
+  if (k.B <= 0) return;
+  kink_slack_k<<<static_cast<unsigned>(k.B), kBlock, 3 * HI * sizeof(R)>>>(k, u, w, dI, kIg, qI, HI, DI, band,
+                                                                          row_slack, key_slack);
+  DSA_GPU_LAUNCHED();
+}
 
 template <class R> void kl_target(const R* A, const int32_t* count, int64_t B, int64_t H, int64_t kmax, R* T) {
   if (B <= 0 || kmax <= 0) return;
@@ -95,7 +150,9 @@ void kl_rows(const R* u, const R* w, const R* T, const int32_t* count, int64_t B
 #define DSA_INSTANTIATE(R)                                                                                   \
   template void kl_target<R>(const R*, const int32_t*, int64_t, int64_t, int64_t, R*);                       \
   template void kl_rows<R>(const R*, const R*, const R*, const int32_t*, int64_t, int64_t, int64_t, bool, R, \
-                           R*, R*, R*, R*);
+                           R*, R*, R*, R*);                                                            \
+  template void kink_slack<R>(const RowKeys&, const R*, const R*, const R*, const R*, const R*, int64_t, int64_t, \
+                              R, R*, R*);
 DSA_INSTANTIATE(float)
 DSA_INSTANTIATE(double)
 
