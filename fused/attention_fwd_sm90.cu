@@ -2,19 +2,25 @@
 // the production latent width C = 512 with C + R ≤ 576. Same contract and the same rounding points
 // as the mma.sync kernel of attention_fwd.cu, which serves every other shape and device.
 //
-// One CTA = one query row × a block of 64 heads, two warpgroups. Key tiles of 64 selected rows
-// K~ = [c; k_pe] are gathered with cp.async into 128-byte-swizzled shared memory (two buffers: the
-// next tile loads while this one computes) and serve both products:
-//   S = Q~·K~ᵀ   warpgroup w takes keys 32w..32w+31 of the tile (m64n32k16, K-dim C+R, K-major B);
-//   O += P·V     warpgroup w takes latent columns 256w..256w+255 over all 64 keys (m64n256k16, the
-//                same tile read MN-major as V = c), P (bf16) exchanged through shared memory.
-// The two warpgroups share the running row max through shared memory, as the mma.sync kernel's
-// warps do. Rows are visited latest first: they select the most keys, so the tail is short.
+// One CTA = one query row × a block of 64 heads, three warpgroups, warp-specialized:
+//   producer (warpgroup 2): gathers the selected key rows K~ = [c; k_pe] with cp.async into two
+//     128-byte-swizzled 64-key buffers, each in two parts with their own mbarriers (L: latent
+//     columns 0–255, R: 256–575), so that a part is reloaded as soon as its last reader is done;
+//   consumers (warpgroups 0 and 1): the keys go in pairs of 64-key blocks, the even block in
+//     buffer 0 and the odd one in buffer 1. Warpgroup w computes S = Q~·K~ᵀ of its block for all
+//     64 heads (m64n64k16, A and B from shared memory) and its softmax; the output columns are
+//     split instead: warpgroup 0 owns latent columns 0–255 of O, warpgroup 1 256–511, so each
+//     multiplies its own P from registers (m64n256k16, A in registers) and the other's P from
+//     shared memory with its half of V = c of both blocks.
+// The row max goes warpgroup 0 → 1 through shared memory: 1 takes the max of both blocks, and 0
+// corrects its own P·V (issued with its block's max) by one factor before it shares P. Rows are
+// visited latest first: they select the most keys, so the tail is short. FlashMLA's SM90 sparse
+// prefill (deepseek-ai/FlashMLA) has this structure; this is our own code of it.
 #include <cmath>
 #include "fused/attention_fwd_sm90.hpp"
 #include "fused/cuda_check.hpp"
 #include "fused/mma.cuh"
-#include "fused/softmax_rows.cuh"
+#include "fused/pipeline.cuh"
 #include "fused/wgmma.cuh"
 
 namespace dsa::fused {
@@ -23,42 +29,35 @@ namespace {
 
 // [[maybe_unused]]: the compute_80 pass compiles the kernel body out, and with it their only uses.
 constexpr int HB = 64;                                 // heads per CTA (the wgmma M)
-[[maybe_unused]] constexpr int BN = 64;                // keys per tile
+[[maybe_unused]] constexpr int BN = 64;                // keys per block
 constexpr int ATOMS = 9;                               // 64-column atom columns of the query width: C + R ≤ 576
 constexpr int ATOM_BYTES = 64 * 128;                   // one atom column of a 64-row tile
 constexpr int TILE_BYTES = ATOMS * ATOM_BYTES;
-constexpr int NTHREADS = 256;
+constexpr int NTHREADS = 384;
+[[maybe_unused]] constexpr int kSplit = 4;             // atoms of part L of a key buffer (latent 0–255)
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 [[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
 
-// Shared memory: Q~ block, two key tiles, P, and the row max / row sum exchange; the base is
-// rounded up to 1024 bytes (the swizzle atom), hence the slack.
+// Named barriers between the two consumer warpgroups (256 threads).
+[[maybe_unused]] constexpr int BAR_MAX0 = 1;  // warpgroup 0's block max is in sMax
+[[maybe_unused]] constexpr int BAR_MAX1 = 2;  // the pair's max (both blocks) is in sMax
+[[maybe_unused]] constexpr int BAR_P0 = 3;    // P of the even block is in sP0
+[[maybe_unused]] constexpr int BAR_P1 = 4;    // P of the odd block is in sP1
+[[maybe_unused]] constexpr int BAR_SUM = 5;   // the row sums of both are in sSum
+
+// Shared memory: Q~ block, two key buffers, P of the odd block (P of the even one overwrites the
+// dead rope atom of buffer 0 once warpgroup 0's S is done), the row max / row sum exchange and
+// eight mbarriers; the base is rounded up to 1024 bytes (the swizzle atom), hence the slack.
 [[maybe_unused]] constexpr int OFF_Q = 0, OFF_K0 = TILE_BYTES, OFF_K1 = 2 * TILE_BYTES;
-constexpr int OFF_P = 3 * TILE_BYTES;
-constexpr int OFF_RED = OFF_P + ATOM_BYTES;
-constexpr int SMEM_BYTES = OFF_RED + 4 * HB * (int)sizeof(float) + 1024;
+constexpr int OFF_P1 = 3 * TILE_BYTES;
+constexpr int OFF_MAX = OFF_P1 + ATOM_BYTES;
+constexpr int OFF_SUM = OFF_MAX + HB * (int)sizeof(float);
+constexpr int OFF_BAR = OFF_SUM + 2 * HB * (int)sizeof(float);
+constexpr int SMEM_BYTES = OFF_BAR + 8 * (int)sizeof(uint64_t) + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// Rows [0, 64) of a swizzled 64-row tile, 16-byte chunk ch of the query width: key slot base + r
-// of the row's selection (zeros past cnt), [c; k_pe; 0].
-__device__ __forceinline__ void load_key_tile(unsigned char* dst, const int32_t* sel_row, int base, int cnt,
-                                              const bf16* __restrict__ c, const bf16* __restrict__ k_pe, int C,
-                                              int R) {
-  for (int i = threadIdx.x; i < BN * ATOMS * 8; i += NTHREADS) {
-    const int r = i / (ATOMS * 8), ch = i - r * (ATOMS * 8), col = ch * 8;
-    unsigned char* d = dst + (ch >> 3) * ATOM_BYTES + wgmma::swizzled(r, ch & 7);
-    const int slot = base + r;
-    if (slot >= cnt || col >= C + R) {
-      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-      continue;
-    }
-    const int64_t t = sel_row[slot];
-    mma::cp_async16(d, col < C ? c + t * C + col : k_pe + t * R + (col - C));
-  }
-}
-
-// The 64 heads h0.. of query row `row` (zeros past H), same layout.
+// The 64 heads h0.. of query row `row` (zeros past H), swizzled, by every thread of the CTA.
 __device__ __forceinline__ void load_query_tile(unsigned char* dst, const bf16* __restrict__ Qt, int64_t row, int h0,
                                                 int H, int D) {
   for (int i = threadIdx.x; i < HB * ATOMS * 8; i += NTHREADS) {
@@ -71,138 +70,273 @@ __device__ __forceinline__ void load_query_tile(unsigned char* dst, const bf16* 
   }
 }
 
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+// The producer's share of atoms [a0, a1) of a 64-key block: thread p copies 16-byte chunk p % 8 of
+// rows p / 8 + 16·i; key t[i] of the row, zeros where the slot is past the count or the column past
+// C + R.
+__device__ __forceinline__ void load_key_part(unsigned char* buf, int a0, int a1, const int64_t (&t)[4],
+                                              const bool (&valid)[4], int p, const AttnFwdArgs& a) {
+  const int ch = p & 7, D = a.C + a.R;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (p >> 3) + 16 * i;
+    for (int atom = a0; atom < a1; ++atom) {
+      const int col = atom * 64 + ch * 8;
+      const bool ok = valid[i] && col < D;
+      const bf16* src = !ok ? a.c : col < a.C ? a.c + t[i] * a.C + col : a.k_pe + t[i] * a.R + (col - a.C);
+      pipeline::cp_async16_or_zero(buf + atom * ATOM_BYTES + wgmma::swizzled(r, ch), src, ok);
+    }
+  }
+}
 
-__global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(AttnFwdArgs a) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  unsigned char* sQ = smem + OFF_Q;
-  unsigned char* sK[2] = {smem + OFF_K0, smem + OFF_K1};
-  unsigned char* sP = smem + OFF_P;
-  float* sMax = reinterpret_cast<float*>(smem + OFF_RED);  // [2][HB]
-  float* sSum = sMax + 2 * HB;                             // [2][HB]
+// P (this lane's rows r0, r0 + 8 of a 64×64 block, the accumulator layout) times f, as bf16 into
+// the swizzled tile sP.
+__device__ __forceinline__ void store_p(unsigned char* sP, const float (&s)[32], const float (&f)[2], int r0, int q) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int col = j * 8 + 2 * q;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<uint32_t*>(sP + wgmma::swizzled(r0 + 8 * r, col >> 3) + (col & 7) * 2) =
+          mma::pack_bf16(s[4 * j + 2 * r] * f[r], s[4 * j + 2 * r + 1] * f[r]);
+  }
+}
 
-  const int row = a.Tq - 1 - blockIdx.x, h0 = blockIdx.y * HB;
-  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int D = a.C + a.R;
-  const int cnt = a.count[row];
-  const int32_t* sel = a.sel + (int64_t)row * a.K;
-  const int ntiles = (cnt + BN - 1) / BN;
+// O += P·V over the 64 keys of a block, P from registers (bf16 of s, the m64k16 A fragments).
+__device__ __forceinline__ void pv_from_registers(float (&o)[128], const float (&s)[32], uint64_t dV) {
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < BN / 16; ++ks) {
+    const uint32_t af[4] = {mma::pack_bf16(s[8 * ks], s[8 * ks + 1]), mma::pack_bf16(s[8 * ks + 2], s[8 * ks + 3]),
+                            mma::pack_bf16(s[8 * ks + 4], s[8 * ks + 5]), mma::pack_bf16(s[8 * ks + 6], s[8 * ks + 7])};
+    wgmma::mma_m64n256k16_rs(o, af, wgmma::advance(dV, ks * 16 * 128));
+  }
+  wgmma::commit();
+}
+
+// O += P·V with P (bf16) from the swizzled tile of descriptor dP.
+__device__ __forceinline__ void pv_from_shared(float (&o)[128], uint64_t dP, uint64_t dV) {
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < BN / 16; ++ks)
+    wgmma::mma_m64n256k16(o, wgmma::advance(dP, ks * 32), wgmma::advance(dV, ks * 16 * 128), 1);
+  wgmma::commit();
+}
+
+// S (+)= Q~·K~ᵀ over atoms [a0, a1) of the query width (the padding is zeros); `fresh`: S starts
+// here (the first product overwrites it).
+__device__ __forceinline__ void qk_atoms(float (&s)[32], uint64_t dQ, uint64_t dK, int a0, int a1, bool fresh) {
+#pragma unroll
+  for (int atom = a0; atom < a1; ++atom)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t off = atom * ATOM_BYTES + k * 32;
+      wgmma::mma_m64n64k16(s, wgmma::advance(dQ, off), wgmma::advance(dK, off), !fresh || atom > a0 || k > 0);
+    }
+}
+
+// The kernel's shared memory, as the consumers see it.
+struct Shared {
+  unsigned char *Q, *K0, *K1, *P0, *P1;
+  float *max, *sum;
+  uint64_t *ready, *empty;
+};
+
+// A consumer warpgroup's whole work for its row and head block (the file's comment): S of its
+// block of each pair, the softmax, its 256 output columns, and the epilogue.
+template <int WG>
+__device__ __forceinline__ void consume(const AttnFwdArgs& a, const Shared& sm, int row, int h0, int cnt, int npairs) {
+  unsigned char *const sQ = sm.Q, *const sK0 = sm.K0, *const sK1 = sm.K1, *const sP0 = sm.P0, *const sP1 = sm.P1;
+  float *const sMax = sm.max, *const sSum = sm.sum;
+  uint64_t *const ready = sm.ready, *const empty = sm.empty;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, q = lane & 3;
+  const int r0 = warp * 16 + (lane >> 2);  // this lane's rows r0 and r0 + 8 of the head block
   const float sl2 = a.scale * kLog2e;
-  const int r0 = warp * 16 + g;  // this lane's rows r0 and r0 + 8 of the head block
-
-  load_query_tile(sQ, a.Qt, row, h0, a.H, D);
-  if (ntiles > 0) load_key_tile(sK[0], sel, 0, cnt, a.c, a.k_pe, a.C, a.R);
-  mma::cp_async_commit();
-
-  // Descriptors: Q~ and P are K-major A operands; the key tile is the K-major B of S (rows = keys)
-  // and the MN-major B of P·V (rows = keys, 64 latent columns per atom column).
-  const uint64_t dQ = wgmma::desc(sQ, 16, 1024), dP = wgmma::desc(sP, 16, 1024);
-  const uint64_t dK0 = wgmma::desc(sK[0] + wg * 32 * 128, 16, 1024), dK1 = wgmma::desc(sK[1] + wg * 32 * 128, 16, 1024);
-  const uint64_t dV0 = wgmma::desc(sK[0] + wg * 4 * ATOM_BYTES, ATOM_BYTES, 1024),
-                 dV1 = wgmma::desc(sK[1] + wg * 4 * ATOM_BYTES, ATOM_BYTES, 1024);
+  const bool one_block = cnt <= BN;
+  const uint64_t dQ = wgmma::desc(sQ, 16, 1024);
+  const uint64_t dK = wgmma::desc(WG == 0 ? sK0 : sK1, 16, 1024);  // this warpgroup's block, K-major
+  // V = the first C columns of the key buffers read MN-major: this warpgroup's 256 columns of both.
+  const uint64_t dV_own = wgmma::desc((WG == 0 ? sK0 : sK1) + WG * kSplit * ATOM_BYTES, ATOM_BYTES, 1024);
+  const uint64_t dV_other = wgmma::desc((WG == 0 ? sK1 : sK0) + WG * kSplit * ATOM_BYTES, ATOM_BYTES, 1024);
+  const uint64_t dP_other = wgmma::desc(WG == 0 ? sP1 : sP0, 16, 1024);
 
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f}, l_one[2] = {0.f, 0.f};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  for (int j = 0; j < ntiles; ++j) {
-    mma::cp_async_wait_all();
-    wgmma::fence_proxy_async();  // zero fills, cp.async data and the last P, seen by the async proxy
-    __syncthreads();             // tile j complete; both warpgroups are done with tile j−1 and sP
-    if (j + 1 < ntiles) load_key_tile((j & 1) ? sK[0] : sK[1], sel, (j + 1) * BN, cnt, a.c, a.k_pe, a.C, a.R);
-    mma::cp_async_commit();
-    const uint64_t dK = (j & 1) ? dK1 : dK0, dV = (j & 1) ? dV1 : dV0;  // selects, not an indexed array
-
-    // S = Q~·K~ᵀ for this warpgroup's 32 keys, over the whole padded width (the padding is zeros):
-    // a fixed trip count keeps the accumulator in place, with no compiler-inserted wgmma fences.
-    float s[16];
+  // S of warpgroup 0's block of a pair: buffer 0 in the producer's order, L then R, each part its
+  // own group.
+  float s[32];
+  auto qk_even_part = [&](bool left, uint32_t parity) {
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < ATOMS * 4; ++ks) {
-      const uint32_t off = (ks >> 2) * ATOM_BYTES + (ks & 3) * 32;
-      wgmma::mma_m64n32k16(s, wgmma::advance(dQ, off), wgmma::advance(dK, off), ks > 0);
-    }
+    pipeline::mbarrier_wait(&ready[left ? 0 : 1], parity);
+    qk_atoms(s, dQ, dK, left ? 0 : kSplit, left ? kSplit : ATOMS, left);
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_registers(s);
+  };
+  if constexpr (WG == 0)
+    if (npairs > 0) {
+      qk_even_part(true, 0);
+      qk_even_part(false, 0);
+      wgmma::wait<0>();
+      wgmma::fence_registers(s);
+    }
 
-    // Scale into the log2 domain; slots past the count are masked by selection (−inf).
+  for (int pair = 0; pair < npairs; ++pair) {
+    const uint32_t parity = pair & 1;
+    const int base = pair * 2 * BN + WG * BN;  // the first slot of this warpgroup's block
+    if constexpr (WG == 1) {  // buffer 1: R, then L (warpgroup 0's S came with the pair before)
+      wgmma::fence();
+      pipeline::mbarrier_wait(&ready[3], parity);
+      qk_atoms(s, dQ, dK, kSplit, ATOMS, true);
+      pipeline::mbarrier_wait(&ready[2], parity);
+      qk_atoms(s, dQ, dK, 0, kSplit, false);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_registers(s);
+    }
+
+    // Scale into the log2 domain; slots past the count are masked (−inf). d[4j + e] is row
+    // r0 + 8·(e / 2), key column 8j + 2q + e % 2 of the block.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int slot = j * BN + wg * 32 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+    for (int i = 0; i < 32; ++i) {
+      const int slot = base + (i >> 2) * 8 + 2 * q + (i & 1);
       s[i] = slot < cnt ? s[i] * sl2 : -INFINITY;
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
-    softmax::reduce_rows(mx, sMax, wg, r0, t4, softmax::Max{});
-    float alpha[2], m_use[2];
-    softmax::update_max(mx, m_run, l_part, m_use, alpha);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
-      l_part[(i >> 1) & 1] += s[i];
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     }
-    if (ntiles == 1) {
-      // A row whose keys fit one tile: its lse is known now, so P = exp(logit − lse) is rounded to
-      // bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
-      l_one[0] = l_part[0];
-      l_one[1] = l_part[1];
-      softmax::reduce_rows(l_one, sSum, wg, r0, t4, softmax::Sum{});
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const float lt = l_one[(i >> 1) & 1];
-        s[i] = lt > 0.f ? s[i] / lt : 0.f;
-      }
-    }
-    // P (bf16) into the swizzled 64×64 tile: row r0 (+8), key column wg·32 + 8·(i/4) + 2·t4.
-#pragma unroll
-    for (int n8 = 0; n8 < 4; ++n8) {
-      const int col = wg * 32 + n8 * 8 + 2 * t4;
+
+    if constexpr (WG == 0) {
+      // The even block always holds a valid slot: its max is finite.
+      float m0[2], alpha[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int rr = r0 + 8 * r;
-        *reinterpret_cast<uint32_t*>(sP + wgmma::swizzled(rr, col >> 3) + (col & 7) * 2) =
-            mma::pack_bf16(s[4 * n8 + 2 * r], s[4 * n8 + 2 * r + 1]);
+        m0[r] = fmaxf(m_run[r], mx[r]);
+        alpha[r] = exp2f(m_run[r] - m0[r]);
+        l_run[r] *= alpha[r];
       }
+      if (q == 0) sMax[r0] = m0[0], sMax[r0 + 8] = m0[1];
+      pipeline::bar_arrive(BAR_MAX0, 256);
+      float part[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        s[i] = exp2f(s[i] - m0[(i >> 1) & 1]);
+        part[(i >> 1) & 1] += s[i];
+      }
+      l_run[0] += part[0], l_run[1] += part[1];
+      if (one_block) {
+        // A row whose keys fit one block: its lse is known now, so P = exp(logit − lse) is rounded
+        // to bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
+        float l[2] = {part[0], part[1]};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+          l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = s[i] / l[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      pv_from_registers(o, s, dV_own);
+      wgmma::wait<0>();
+      wgmma::fence_registers(o);
+      pipeline::mbarrier_arrive(&empty[0]);  // 0L: its last reader was this P·V
+
+      // The pair's max, from warpgroup 1: one factor corrects what was accumulated with m0.
+      pipeline::bar_sync(BAR_MAX1, 256);
+      float f[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m = sMax[r0 + 8 * r];
+        f[r] = exp2f(m0[r] - m);
+        m_run[r] = m;
+        l_run[r] *= f[r];
+      }
+      store_p(sP0, s, f, r0, q);
+      wgmma::fence_proxy_async();
+      pipeline::bar_arrive(BAR_P0, 256);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
+      pipeline::bar_sync(BAR_P1, 256);
+      pv_from_shared(o, dP_other, dV_other);
+      if (pair + 1 < npairs) {
+        // The next pair's S goes beside this P·V: its L part first (released by the first P·V,
+        // so likely loaded); 1L is released once this P·V is done, before S's R part, which waits
+        // for warpgroup 1's second P·V to release it.
+        qk_even_part(true, parity ^ 1);
+        wgmma::wait<1>();
+        pipeline::mbarrier_arrive(&empty[2]);
+        qk_even_part(false, parity ^ 1);
+        wgmma::wait<0>();
+        wgmma::fence_registers(s);
+      } else {
+        wgmma::wait<0>();
+        pipeline::mbarrier_arrive(&empty[2]);  // 1L: its last reader was this P·V
+      }
+      wgmma::fence_registers(o);
+    } else {
+      pipeline::bar_sync(BAR_MAX0, 256);
+      float m[2], alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        m[r] = fmaxf(sMax[r0 + 8 * r], mx[r]);  // ≥ the previous pair's max, which sMax's value includes
+        alpha[r] = exp2f(m_run[r] - m[r]);
+        m_run[r] = m[r];
+        l_run[r] *= alpha[r];
+      }
+      __syncwarp();  // the row's 4 lanes have read warpgroup 0's value (the rows are this warp's)
+      if (q == 0) sMax[r0] = m[0], sMax[r0 + 8] = m[1];
+      pipeline::bar_arrive(BAR_MAX1, 256);
+      float part[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        s[i] = exp2f(s[i] - m[(i >> 1) & 1]);
+        part[(i >> 1) & 1] += s[i];
+      }
+      l_run[0] += part[0], l_run[1] += part[1];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      pv_from_registers(o, s, dV_own);
+      const float one[2] = {1.f, 1.f};
+      store_p(sP1, s, one, r0, q);  // while that P·V runs
+      wgmma::fence_proxy_async();
+      pipeline::bar_arrive(BAR_P1, 256);
+      pipeline::bar_sync(BAR_P0, 256);
+      pv_from_shared(o, dP_other, dV_other);
+      wgmma::wait<1>();
+      pipeline::mbarrier_arrive(&empty[3]);  // 1R: its last reader was the first P·V
+      wgmma::wait<0>();
+      wgmma::fence_registers(o);
+      pipeline::mbarrier_arrive(&empty[1]);  // 0R (and P of the even block): the second
     }
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-    wgmma::fence_registers(o);
-    wgmma::fence_proxy_async();
-    __syncthreads();  // P of both key halves in sP
-
-    // O += P·V for latent columns 256·wg.. over the tile's 64 keys.
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks)
-      wgmma::mma_m64n256k16(o, wgmma::advance(dP, ks * 32), wgmma::advance(dV, ks * 16 * 128), 1);
-    wgmma::commit();
-    wgmma::wait<0>();  // sP and this key buffer are free again before the next tile overwrites them
-    wgmma::fence_registers(o);
   }
 
-  // Row sums: 4 lanes of a group, then the two key halves (one-tile rows were normalized already).
-  float l[2] = {l_one[0], l_one[1]};
-  if (ntiles != 1) {
-    l[0] = l_part[0];
-    l[1] = l_part[1];
-    softmax::reduce_rows(l, sSum, wg, r0, t4, softmax::Sum{});
+  // Row sums: the 4 lanes of a group, then the two warpgroups (one-block rows were normalized).
+  float l[2] = {l_run[0], l_run[1]};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
+  if (q == 0) sSum[WG * HB + r0] = l[0], sSum[WG * HB + r0 + 8] = l[1];
+  pipeline::bar_sync(BAR_SUM, 256);
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    inv[r] = ntiles == 1 ? 1.f : l[r] > 0.f ? 1.f / l[r] : 0.f;
+    l[r] = sSum[r0 + 8 * r] + sSum[HB + r0 + 8 * r];
+    inv[r] = one_block ? 1.f : l[r] > 0.f ? 1.f / l[r] : 0.f;
     const int h = h0 + r0 + 8 * r;
-    if (wg == 0 && t4 == 0 && h < a.H)
+    if (WG == 0 && q == 0 && h < a.H)
       a.lse[(int64_t)row * a.H + h] = cnt == 0 || !(l[r] > 0.f) ? -INFINITY : (m_run[r] + log2f(l[r])) * kLn2;
   }
 #pragma unroll
   for (int n8 = 0; n8 < 32; ++n8) {
-    const int col = wg * 256 + n8 * 8 + 2 * t4;
+    const int col = WG * 256 + n8 * 8 + 2 * q;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = h0 + r0 + 8 * r;
@@ -212,6 +346,77 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
           __floats2bfloat162_rn(o[4 * n8 + 2 * r] * inv[r], o[4 * n8 + 2 * r + 1] * inv[r]);
     }
   }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+__global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(AttnFwdArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* sQ = smem + OFF_Q;
+  unsigned char* sK0 = smem + OFF_K0;
+  unsigned char* sK1 = smem + OFF_K1;
+  unsigned char* sP0 = sK0 + 8 * ATOM_BYTES;  // the rope atom of buffer 0, dead once its S is done
+  unsigned char* sP1 = smem + OFF_P1;
+  float* sMax = reinterpret_cast<float*>(smem + OFF_MAX);  // [HB]
+  float* sSum = reinterpret_cast<float*>(smem + OFF_SUM);  // [2][HB]
+  uint64_t* ready = reinterpret_cast<uint64_t*>(smem + OFF_BAR);  // [buffer][part L, R]
+  uint64_t* empty = ready + 4;                                    // likewise: the part may be reloaded
+
+  const int row = a.Tq - 1 - blockIdx.x, h0 = blockIdx.y * HB;
+  const int cnt = a.count[row];
+  const int npairs = (cnt + 2 * BN - 1) / (2 * BN);
+  // Warp-uniform to the compiler (a broadcast), or it serializes every wgmma after the role branch.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
+
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 8; ++i) pipeline::mbarrier_init(&ready[i], 128);
+  load_query_tile(sQ, a.Qt, row, h0, a.H, a.C + a.R);
+  mma::cp_async_commit();
+  mma::cp_async_wait_all();
+  wgmma::fence_proxy_async();  // Q~ and its zero fills, seen by the async proxy
+  __syncthreads();             // and the barriers initialized
+
+  if (wg == 2) {  // ---- producer ----
+    pipeline::regs_shrink<56>();
+    const int p = threadIdx.x - 256;
+    const int32_t* sel = a.sel + (int64_t)row * a.K;
+    for (int pair = 0; pair < npairs; ++pair) {
+      const uint32_t parity = (pair & 1) ^ 1;  // the previous pair's release (passes on the first)
+      int64_t t0[4], t1[4];
+      bool v0[4], v1[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int slot = pair * 2 * BN + (p >> 3) + 16 * i;
+        v0[i] = slot < cnt, v1[i] = slot + BN < cnt;
+        t0[i] = v0[i] ? sel[slot] : 0, t1[i] = v1[i] ? sel[slot + BN] : 0;
+      }
+      // In the order the consumers release them: 0L (warpgroup 0's own P·V), 1R (1's own), 0R
+      // (1's shared P·V), 1L (0's shared P·V).
+      pipeline::mbarrier_wait(&empty[0], parity);
+      load_key_part(sK0, 0, kSplit, t0, v0, p, a);
+      pipeline::cp_async_arrive(&ready[0]);
+      pipeline::mbarrier_wait(&empty[3], parity);
+      load_key_part(sK1, kSplit, ATOMS, t1, v1, p, a);
+      pipeline::cp_async_arrive(&ready[3]);
+      pipeline::mbarrier_wait(&empty[1], parity);
+      load_key_part(sK0, kSplit, ATOMS, t0, v0, p, a);
+      pipeline::cp_async_arrive(&ready[1]);
+      pipeline::mbarrier_wait(&empty[2], parity);
+      load_key_part(sK1, 0, kSplit, t1, v1, p, a);
+      pipeline::cp_async_arrive(&ready[2]);
+    }
+    return;
+  }
+
+  // ---- consumers: one body per warpgroup, so that no accumulator lives across a branch ----
+  pipeline::regs_grow<224>();
+  const Shared sh{sQ, sK0, sK1, sP0, sP1, sMax, sSum, ready, empty};
+  if (wg == 0)
+    consume<0>(a, sh, row, h0, cnt, npairs);
+  else
+    consume<1>(a, sh, row, h0, cnt, npairs);
 #else
   __trap();  // never launched: the host dispatches here only when sm_90a code was compiled
 #endif
