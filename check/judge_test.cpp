@@ -176,6 +176,24 @@ TEST(Judge, ANonEquivalentRowIsJudgedAlone) {
   EXPECT_EQ(oracle->counts().total(), 4);
 }
 
+// A KL row carries its scores' fp32 noise (log Q = I − lse(I)), so its floor is at least twice the
+// scores' (nightly seed 104 case 525: |log Q| 1.6e7, fused KL off by 1.4e-6 of itself). In this case
+// the rule binds: the KL floor comes out exactly twice the scores' (1.65e-5), above the KL rows' own.
+TEST(Judge, KlFloorIsAtLeastTwiceTheScoresFloor) {
+  const PreparedCase c = small_case(4, {9, 23});
+  auto oracle = make_cpu_oracle();
+  const CaseVerdict v = judge(c, lowp_backend(c), *oracle);
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
+  const TensorCheck *scores = nullptr, *kl = nullptr;
+  for (const TensorCheck& ch : v.checks) {
+    if (ch.tensor == "scores") scores = &ch;
+    if (ch.tensor == "kl") kl = &ch;
+  }
+  ASSERT_TRUE(scores && kl);
+  EXPECT_GT(scores->floor, 0);
+  EXPECT_GE(kl->floor, 2 * scores->floor * (1 - 1e-12)) << "kl floor " << kl->floor << " scores floor " << scores->floor;
+}
+
 // ReLU's kink (SPEC.md §9): where the exact u sits below the fp32 resolution of its dot product, a
 // kernel may compute φ'(u) as 0 or 1. Seen on the H100: a production case's dq_I failed at one
 // element whose two largest terms had u = 3e-9 against an fp32 bound of 3e-6. The exact oracle's
