@@ -21,6 +21,7 @@
 #include "fused/cuda_check.hpp"
 #include "fused/mma.cuh"
 #include "fused/pipeline.cuh"
+#include "fused/softmax_rows.cuh"
 #include "fused/wgmma.cuh"
 
 namespace dsa::fused {
@@ -204,11 +205,7 @@ __device__ __forceinline__ void consume(const AttnFwdArgs& a, const Shared& sm, 
       s[i] = slot < cnt ? s[i] * sl2 : -INFINITY;
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
+    softmax::quad_reduce(mx, softmax::Max{});
 
     if constexpr (WG == 0) {
       // The even block always holds a valid slot: its max is finite.
@@ -232,11 +229,7 @@ __device__ __forceinline__ void consume(const AttnFwdArgs& a, const Shared& sm, 
         // A row whose keys fit one block: its lse is known now, so P = exp(logit − lse) is rounded
         // to bf16 already normalized, exactly where SPEC.md §8 (and the lowp reference) rounds it.
         float l[2] = {part[0], part[1]};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-          l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        }
+        softmax::quad_reduce(l, softmax::Sum{});
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = s[i] / l[(i >> 1) & 1];
       }
@@ -318,11 +311,7 @@ __device__ __forceinline__ void consume(const AttnFwdArgs& a, const Shared& sm, 
 
   // Row sums: the 4 lanes of a group, then the two warpgroups (one-block rows were normalized).
   float l[2] = {l_run[0], l_run[1]};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
+  softmax::quad_reduce(l, softmax::Sum{});
   if (q == 0) sSum[WG * HB + r0] = l[0], sSum[WG * HB + r0 + 8] = l[1];
   pipeline::bar_sync(BAR_SUM, 256);
   float inv[2];

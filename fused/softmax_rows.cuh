@@ -1,7 +1,8 @@
 // Online-softmax row bookkeeping shared by the attention forward kernels. A lane holds two rows,
 // r0 and r0 + 8, of a 64-row head block (the mma.sync C layout, and the wgmma accumulator layout
-// of each warp); the block's keys are split between two halves (the two warps of a head slice in
-// the mma.sync kernel, the two warpgroups of the wgmma one), which combine through shared memory.
+// of each warp). In the mma.sync kernel the block's keys are split between two halves (the two
+// warps of a head slice), which combine through shared memory; the wgmma kernel, whose warpgroups
+// exchange the row max in a fixed order of their own, uses only quad_reduce.
 #pragma once
 
 #include <cmath>
@@ -10,16 +11,22 @@ namespace dsa::fused::softmax {
 
 constexpr int kRows = 64;  // rows of a head block
 
-// v[r] (r = 0, 1: rows r0, r0 + 8) reduced with op over the 4 lanes of the lane's group and
-// published for both halves in x[2][kRows]. Every thread of the CTA calls it: it holds a
-// __syncthreads(), after which combined() reads the row's value over both halves.
+// v[r] (r = 0, 1: rows r0, r0 + 8) reduced with op over the 4 lanes of the lane's group, which
+// hold the row's other columns.
 template <class Op>
-__device__ __forceinline__ void publish_rows(float (&v)[2], float* x, int half, int r0, int t4, Op op) {
+__device__ __forceinline__ void quad_reduce(float (&v)[2], Op op) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], 1));
     v[r] = op(v[r], __shfl_xor_sync(0xffffffffu, v[r], 2));
   }
+}
+
+// quad_reduce, then published for both halves in x[2][kRows]. Every thread of the CTA calls it:
+// it holds a __syncthreads(), after which combined() reads the row's value over both halves.
+template <class Op>
+__device__ __forceinline__ void publish_rows(float (&v)[2], float* x, int half, int r0, int t4, Op op) {
+  quad_reduce(v, op);
   if (t4 == 0) {
     x[half * kRows + r0] = v[0];
     x[half * kRows + r0 + 8] = v[1];
