@@ -223,7 +223,9 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
                            : n == "dw"   ? kFloorRel * grads.dw
                            : n == "dq_I" ? kFloorRel * grads.dq_I + (exact.kink ? exact.kink->dq_I : 0)
                            : n == "dk_I" ? kFloorRel * grads.dk_I + (exact.kink ? exact.kink->dk_I : 0)
-                                         : 0;
+                           : n == "dq_nope" ? (exact.delta ? exact.delta->dq_nope : 0)
+                           : n == "dq_pe"   ? (exact.delta ? exact.delta->dq_pe : 0)
+                                            : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;
       if (x.empty()) held = oracle.compare_held(n, *float_result(f, n), L, floor);

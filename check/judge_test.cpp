@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -229,6 +230,50 @@ TEST(Judge, AReluFlipBelowFp32ResolutionPassesAndOnlyThere) {
       EXPECT_TRUE(dq->failed()) << "dropping a term of u = 2^-6 is a real error";
     }
   }
+}
+
+// Δ = dO_lat·O_lat is formed from the bf16 O_lat, and one Δ moves a whole row of dQ~ (core/result.hpp
+// DeltaSlack). Seen on the H100: nightly seed 105 case 1811, dq_nope 3.46× lowp's error, the whole
+// excess from Δ (the kernel rounds the running P, lowp the normalized one: both legal). A peaked
+// softmax (large scale) makes that shift large against dq itself. The worst dq_pe element moved
+// past α·e_l by half the slack passes, and would fail without it (the move is beyond α·e_l plus the
+// relative floor); moved past α·e_l by 1.1 slack it fails.
+TEST(Judge, ACoherentDeltaShiftWithinItsSlackPassesAndOnlyThere) {
+  PreparedCase c = small_case(8, {9, 23});
+  c.problem.softmax_scale = 3.0;
+  const Result x = run_core(c.problem, c.inputs, RunOptions{});
+  ASSERT_TRUE(x.delta.has_value());
+  EXPECT_GT(x.delta->dq_nope, 0);
+  const double slack = x.delta->dq_pe;
+  ASSERT_GT(slack, 0);
+  const Result lowp = lowp_backend(c);
+  size_t worst = 0;
+  double scale = 0;
+  for (size_t i = 0; i < x.dq_pe.data.size(); ++i) {
+    scale = std::max(scale, std::abs(x.dq_pe.data[i]));
+    if (std::abs(lowp.dq_pe.data[i] - x.dq_pe.data[i]) > std::abs(lowp.dq_pe.data[worst] - x.dq_pe.data[worst]))
+      worst = i;
+  }
+  const double sign = lowp.dq_pe.data[worst] >= x.dq_pe.data[worst] ? 1.0 : -1.0;
+  auto oracle = make_cpu_oracle();
+  auto dq_pe_check = [&](std::optional<double> moved) {
+    Result f = lowp;
+    if (moved) f.dq_pe.data[worst] = x.dq_pe.data[worst] + sign * *moved;
+    const CaseVerdict v = judge(c, f, *oracle);
+    for (const TensorCheck& ch : v.checks)
+      if (ch.tensor == "dq_pe") return ch;
+    ADD_FAILURE() << "no dq_pe check";
+    return TensorCheck{};
+  };
+  const TensorCheck as_is = dq_pe_check(std::nullopt);
+  ASSERT_FALSE(as_is.failed()) << as_is.detail;
+  EXPECT_GE(as_is.floor, slack);
+  const double allowed = as_is.alpha * as_is.e_l;
+  EXPECT_GT(0.5 * slack, kFloorRel * scale) << "the move would pass without the slack: the test shows nothing";
+  const TensorCheck within = dq_pe_check(allowed + 0.5 * slack);
+  EXPECT_FALSE(within.failed()) << within.detail;
+  const TensorCheck beyond = dq_pe_check(allowed + 1.1 * slack);
+  EXPECT_TRUE(beyond.failed()) << beyond.detail;
 }
 
 TEST(Judge, ATensorTheBackendDidNotWriteIsNeverAPass) {

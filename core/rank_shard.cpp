@@ -54,6 +54,7 @@ Result assemble_ranks(const StreamLayout& L, const std::vector<RankResult>& rank
   r.dW_UV = r0.dW_UV;
   if (!r0.kl.shape.empty()) r.loss = TensorD({1}, r0.loss);  // the loss stage ran
   r.kink = r0.kink;
+  r.delta = r0.delta;
   return r;
 }
 
@@ -72,6 +73,7 @@ Result assemble_whole(RankResult&& rank) {
   r.dW_UK = std::move(rank.dW_UK), r.dW_UV = std::move(rank.dW_UV);
   if (!r.kl.shape.empty()) r.loss = TensorD({1}, rank.loss);  // the loss stage ran
   r.kink = rank.kink;
+  r.delta = rank.delta;
   return r;
 }
 

@@ -25,6 +25,7 @@ struct RankResult {
   TensorD dW_UK, dW_UV;                                 // reduced over ranks
   double loss = 0;
   std::optional<KinkSlack> kink;  // global (reduced over ranks): every rank holds the same
+  std::optional<DeltaSlack> delta;  // likewise
 };
 
 // The global Result of every rank's RankResult, rank q's local row i being global row

@@ -25,6 +25,21 @@ inline double kink_band(int64_t DI, double q_norm, double k_norm) {
   return 4.0 * static_cast<double>(DI) * 0x1p-24 * q_norm * k_norm;
 }
 
+// Δ = dO_lat·O_lat (SPEC.md §6; dO·O on the explicit path) is formed from O_lat rounded to bf16 on
+// output, and O_lat from P rounded to bf16 before P·V (§8): a bf16-policy kernel's Δ is off from
+// the exact one by up to delta_band = 2⁻⁹·(Σ_c |dO_lat_c·O_lat_c| + Σ_j P_j·|dP_j|). That one number
+// moves a whole row: dQ~ shifts by s·δΔ·Σ_j P_j·K~_j, every element coherently, so it does not
+// average out in the maximum the comparison takes, and a kernel that rounds P or O_lat at other
+// (legal) points can land several of lowp's errors away from exact. Seen on the H100: nightly seed
+// 105 case 1811, dq_nope 3.46× with the whole excess in Δ (the forward rounds the running, not the
+// normalized, P). Per tensor: the largest such shift of one element (dq_nope through W_UK by
+// Cauchy–Schwarz). Only the exact oracles fill it; the comparison adds it to the tensor's floor.
+struct DeltaSlack {
+  double dq_nope = 0, dq_pe = 0;
+};
+
+inline double delta_band(double abs_dO_O, double abs_P_dP) { return 0x1p-9 * (abs_dO_O + abs_P_dP); }
+
 struct Result {
   std::optional<TensorD> scores;  // [Tp, Tp] indexer scores, −inf where not visible (small cases only)
   TensorI topk;                   // [Tp, K'] indexer top-k, −1 for empty slots
@@ -36,6 +51,7 @@ struct Result {
   TensorD dq_nope, dq_pe, dW_UK, dW_UV, dc, dk_pe;  // attention backward (SPEC.md §6)
   TensorD dq_I, dk_I, dw;                           // indexer loss backward (SPEC.md §7)
   std::optional<KinkSlack> kink;                    // exact oracles only, with the loss backward and ReLU
+  std::optional<DeltaSlack> delta;                  // exact oracles only, with the attention backward
 
   // The float-valued outputs by name, in a fixed order; empty tensors were not produced.
   void for_each_float(const std::function<void(const std::string&, const TensorD&)>& f) const;

@@ -143,6 +143,7 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
       delta(h) = dOh.dot(O_.row(i).segment(h * d_.Dv, d_.Dv));
     }
   }
+  if constexpr (!P::rounds) delta_terms(i, keys, K, Pf, dl, absorbed ? dO_lat_row : nullptr, w.delta);
   if (opt_.mutant == Mutant::dlogit_missing_delta) delta.setZero();
   dl = (Pf.array() * (dl.colwise() - delta).array()).matrix().unaryExpr([](R x) { return P::bf(x); });
 
@@ -181,6 +182,37 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
   }
 }
 
+// Row i's terms of the Δ slack (core/result.hpp DeltaSlack): per head, the band of Δ from O_lat's
+// (explicit: O's) output rounding and P's rounding before P·V, times the row's shift vector
+// Σ_j P_j·K~_j, whose first C columns are O_lat itself (through W_UK by Cauchy–Schwarz).
+template <class P>
+void Rank<P>::delta_terms(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& K,
+                          const Eigen::Ref<const Mat<R>>& Pf, const Eigen::Ref<const Mat<R>>& dP,
+                          const R* dO_lat_row, DeltaSlack& slack) const {
+  const int64_t H = d_.H, C = d_.C, Dn = d_.Dn, Rr = d_.R, Dv = d_.Dv;
+  const Mat<R> pe = Pf * K.rightCols(Rr);  // [H, R]: Σ_j P_j·k_pe_j
+  for (int64_t h = 0; h < H; ++h) {
+    const double abs_P_dP = static_cast<double>((Pf.row(h).array() * dP.row(h).array().abs()).sum());
+    double abs_dO_O = 0, nope = 0;
+    if (dO_lat_row) {
+      Eigen::Map<const Vec<R>> dOl(dO_lat_row + h * C, C), Ol(O_lat_.row(i).data() + h * C, C);
+      abs_dO_O = static_cast<double>((dOl.array() * Ol.array()).abs().sum());
+      nope = static_cast<double>(Ol.norm()) * W_UK_row_norm_[h];
+    } else {
+      auto dOh = dO_.row(i).segment(h * Dv, Dv);
+      abs_dO_O = static_cast<double>((dOh.array() * O_.row(i).segment(h * Dv, Dv).array()).abs().sum());
+      for (int64_t e = 0; e < Dn; ++e) {
+        R acc = 0;
+        for (size_t j = 0; j < keys.size(); ++j) acc += Pf(h, j) * k_nope_(keys[j], h * Dn + e);
+        nope = std::max(nope, std::abs(static_cast<double>(acc)));
+      }
+    }
+    const double shift = std::abs(static_cast<double>(s_)) * delta_band(abs_dO_O, abs_P_dP);
+    slack.dq_nope = std::max(slack.dq_nope, shift * nope);
+    slack.dq_pe = std::max(slack.dq_pe, shift * static_cast<double>(pe.row(h).cwiseAbs().maxCoeff()));
+  }
+}
+
 // The backward walks the query rows in blocks of kBackwardRows: dO_lat and dQ~ live one block at
 // a time (whole, they were [Tq, H·C] and [Tq, H·(C+R)]: 1.1 GiB of fresh pages per run at S = 1024,
 // which a VM hands out slowly), and each block's dq_nope, dq_pe go straight to the output. The
@@ -203,6 +235,12 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int64_t vcols = absorbed ? C : H * Dv;
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
   std::vector<Held<R>> dK(nthreads), dV(nthreads);
+  std::vector<DeltaSlack> delta(nthreads);
+  if (!P::rounds && absorbed) {
+    W_UK_row_norm_.assign(H, 0.0);
+    for (int64_t r = 0; r < H * Dn; ++r)
+      W_UK_row_norm_[r / Dn] = std::max(W_UK_row_norm_[r / Dn], static_cast<double>(W_UK_.row(r).norm()));
+  }
 
   std::optional<TraceSpan> span(std::in_place, "reference: backward rows");
 #pragma omp parallel if (parallel_)
@@ -246,6 +284,20 @@ void Rank<P>::attention_backward(RankOutput& out) {
         write_block(out.dq_pe, b0, h * Rr, dQh.rightCols(Rr).unaryExpr([](R x) { return P::bf(x); }));
       }
     }
+    delta[tid] = w.delta;
+  }
+  if (!P::rounds) {
+    // The Δ slack: the largest over threads, then over ranks (each rank's in its own slot of a sum).
+    const int ranks = plan_.comm ? plan_.comm->size() : 1, me = plan_.comm ? plan_.comm->rank() : 0;
+    std::vector<double> slots(2 * ranks, 0.0);
+    for (const DeltaSlack& d : delta) {
+      slots[2 * me] = std::max(slots[2 * me], d.dq_nope);
+      slots[2 * me + 1] = std::max(slots[2 * me + 1], d.dq_pe);
+    }
+    all_reduce(slots.data(), 2 * ranks);
+    DeltaSlack all;
+    for (int r = 0; r < ranks; ++r) all = {std::max(all.dq_nope, slots[2 * r]), std::max(all.dq_pe, slots[2 * r + 1])};
+    out.delta = all;
   }
   span.emplace("reference: backward key-side sums");
   for (int t = 1; t < nthreads; ++t) {

@@ -117,6 +117,24 @@ TEST(Sharded, KinkSlackEqualsGlobal) {
   }
 }
 
+// The Δ slack (core/result.hpp DeltaSlack) likewise: the largest over the ranks' rows is the single
+// process's, on both paths.
+TEST(Sharded, DeltaSlackEqualsGlobal) {
+  for (Path path : {Path::absorbed, Path::explicit_})
+    for (Layout l : {Layout::zigzag, Layout::contiguous}) {
+      Problem p = test::small_problem({9, 23}, test::tiny_dims(), 5);
+      p.cp.size = 2, p.cp.layout = l, p.path = path;
+      const StreamLayout L = test::layout_of(p);
+      const Inputs in = test::random_inputs(p.dims, L.tp, 5);
+      const Result global = run_core(p, in, {}), sharded = run_core_sharded(p, in, {});
+      ASSERT_TRUE(global.delta && sharded.delta);
+      EXPECT_GT(global.delta->dq_nope, 0);
+      EXPECT_GT(global.delta->dq_pe, 0);
+      EXPECT_NEAR(sharded.delta->dq_nope, global.delta->dq_nope, 1e-12 * global.delta->dq_nope) << name(l);
+      EXPECT_NEAR(sharded.delta->dq_pe, global.delta->dq_pe, 1e-12 * global.delta->dq_pe) << name(l);
+    }
+}
+
 }  // namespace cp_test
 }  // namespace
 }  // namespace dsa

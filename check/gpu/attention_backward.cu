@@ -38,6 +38,58 @@ __global__ void dlogit_rows_k(const R* P, R* dP_dl, const int32_t* count, int64_
   for (int64_t j = threadIdx.x; j < kmax; j += blockDim.x) d[j] = j < n ? bf(p[j] * (d[j] - D)) : R(0);
 }
 
+// Block per (b, h) row, before dlogit_rows (dP still in dP): the Δ slack's terms (core/result.hpp
+// DeltaSlack). band = 2⁻⁹·(Σ|dOx·Ox| + Σ_j P·|dP|) (delta_band); the shift vector Σ_j P_j·K~_j is
+// O_lat itself in its first C columns (absorbed: through W_UK by Cauchy–Schwarz, W_norm[h] =
+// max_d ‖W_UK[h, d, :]‖), Σ_j P_j·k_nope[key, h] on the explicit path, Σ_j P_j·k_pe[key] for dq_pe.
+template <class R>
+__global__ void delta_slack_k(RowKeys k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
+                              const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn,
+                              R s, R* slack_nope, R* slack_pe) {
+  const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, n = k.count[b], kmax = k.kmax, CR = C + Rr;
+  const R* p = P + bh * kmax;
+  R pd = 0, od = 0, on = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) pd += p[j] * abs(dP[bh * kmax + j]);
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+    const R o = Ox[bh * width + c];
+    od += abs(dOx[bh * width + c] * o);
+    on += o * o;
+  }
+  pd = block_sum(pd), od = block_sum(od), on = block_sum(on);
+  const R shift = abs(s) * R(0x1p-9) * (od + pd);
+  R pe = 0;
+  for (int64_t r = threadIdx.x; r < Rr; r += blockDim.x) {
+    R acc = 0;
+    for (int64_t j = 0; j < n; ++j) acc += p[j] * Kg[(b * kmax + j) * CR + C + r];
+    pe = max(pe, abs(acc));
+  }
+  pe = block_max(pe);
+  R nope = 0;
+  if (W_norm) {
+    nope = sqrt(on) * W_norm[h];
+  } else {
+    for (int64_t e = threadIdx.x; e < Dn; e += blockDim.x) {
+      R acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += p[j] * k_nope[(k.key(b, j) * H + h) * Dn + e];
+      nope = max(nope, abs(acc));
+    }
+    nope = block_max(nope);
+  }
+  if (threadIdx.x == 0) slack_nope[bh] = shift * nope, slack_pe[bh] = shift * pe;
+}
+
+// Block per head: max over d of ‖W[h, d, :]‖ (rows of len).
+template <class R> __global__ void row_norm_max_k(const R* W, int64_t rows, int64_t len, R* out) {
+  R m = 0;
+  for (int64_t d = threadIdx.x; d < rows; d += blockDim.x) {
+    R ss = 0;
+    for (int64_t c = 0; c < len; ++c) ss += W[(blockIdx.x * rows + d) * len + c] * W[(blockIdx.x * rows + d) * len + c];
+    m = max(m, sqrt(ss));
+  }
+  m = block_max(m);
+  if (threadIdx.x == 0) out[blockIdx.x] = m;
+}
+
 template <class R>
 __global__ void explicit_dP_k(RowKeys k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP) {
   DSA_GRID_STRIDE(i, k.B * H * k.kmax) {
@@ -120,6 +172,20 @@ void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, int64_t B, int64_t 
   dlogit_rows_k<<<static_cast<unsigned>(B * H), kBlock>>>(P, dP_dl, count, H, kmax, one_hot_only, delta);
   DSA_GPU_LAUNCHED();
 }
+template <class R>
+void delta_slack(const RowKeys& k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
+                 const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn, R s,
+                 R* slack_nope, R* slack_pe) {
+  if (k.B * H <= 0) return;
+  delta_slack_k<<<static_cast<unsigned>(k.B * H), kBlock>>>(k, P, dP, H, Kg, C, Rr, dOx, Ox, width, W_norm, k_nope, Dn,
+                                                            s, slack_nope, slack_pe);
+  DSA_GPU_LAUNCHED();
+}
+template <class R> void row_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out) {
+  if (heads <= 0) return;
+  row_norm_max_k<<<static_cast<unsigned>(heads), kBlock>>>(W, rows, len, out);
+  DSA_GPU_LAUNCHED();
+}
 template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP) {
   if (k.B * H * k.kmax <= 0) return;
   explicit_dP_k<<<grid_for(k.B * H * k.kmax), kBlock>>>(k, dO, v, H, Dv, dP);
@@ -150,6 +216,9 @@ void absorbed_key_grads(const R* dKt, int64_t Tp, int64_t C, int64_t Rr, R* dc, 
 #define DSA_INSTANTIATE(R)                                                                                          \
   template void row_dots<R>(const R*, const R*, int64_t, int64_t, R*);                                              \
   template void dlogit_rows<R>(const R*, R*, const int32_t*, int64_t, int64_t, int64_t, bool, R*);                \
+  template void delta_slack<R>(const RowKeys&, const R*, const R*, int64_t, const R*, int64_t, int64_t, const R*,     \
+                               const R*, int64_t, const R*, const R*, int64_t, R, R*, R*);                          \
+  template void row_norm_max<R>(const R*, int64_t, int64_t, int64_t, R*);                                           \
   template void explicit_dP<R>(const RowKeys&, const R*, const R*, int64_t, int64_t, R*);                           \
   template void explicit_dq<R>(const RowKeys&, const R*, const R*, const R*, int64_t, int64_t, int64_t, R, R*, R*); \
   template void explicit_dkv<R>(const RowKeys&, const R*, const R*, const R*, const R*, const R*, int64_t, int64_t, \

@@ -199,6 +199,13 @@ class Oracle {
     times_.upload = seconds_since(t0);
   }
 
+  // The largest element of a device array (0 when empty): the slacks' maxima.
+  static double largest(const DeviceArray<R>& a) {
+    std::vector<double> h(a.size());
+    to_host<R>(a.get(), h.data(), a.size());
+    return h.empty() ? 0.0 : *std::max_element(h.begin(), h.end());
+  }
+
   Result run() {
     Result res;
     // The host output tensors are allocated (and zero-filled, GiBs at production shapes) on
@@ -218,7 +225,7 @@ class Oracle {
 
     t0 = Clock::now();
     std::optional<TraceSpan> span(std::in_place, kLowp ? "bf16 oracle: attention" : "exact oracle: attention");
-    attend();
+    attend(res);
     sync();
     times_.attention = seconds_since(t0);
     t0 = Clock::now();
@@ -376,7 +383,7 @@ class Oracle {
   // gathered K~ is on the device: one gather, one logits GEMM and one softmax per row where
   // separate passes took three (forward, loss, backward). P recomputed from the stored lse is the
   // forward's P, bit for bit; so is the sparse loss's A_h, whose target T is kept here (T_).
-  void attend() {
+  void attend(Result& res) {
     const int64_t H = d_.H, C = d_.C, Dn = d_.Dn, Rr = d_.R, Dv = d_.Dv;
     const bool absorbed = p_.path == Path::absorbed;
     const bool target = p_.loss == LossMode::sparse;
@@ -396,6 +403,14 @@ class Oracle {
     maxima(chunks, mr, ms);
     DeviceArray<R> Qt(mr * H * CR_), dOl(absorbed ? mr * H * C : 0), dQ(absorbed ? mr * H * CR_ : 0), delta(mr * H);
     DeviceArray<R> Kg(ms * CR_), P(ms * H), Pb(ms * H), dl(ms * H), rowsK(absorbed ? ms * CR_ : 0), T(target ? ms : 0);
+    // The exact run's Δ slack (core/result.hpp DeltaSlack): per (row, head), the largest at the end.
+    const bool slack = !kLowp;
+    DeviceArray<R> slack_nope(slack ? Tp_ * H : 0), slack_pe(slack ? Tp_ * H : 0), W_norm(slack && absorbed ? H : 0);
+    if (slack) {
+      fill<R>(slack_nope.get(), Tp_ * H, R(0));  // rows no chunk visits keep 0
+      fill<R>(slack_pe.get(), Tp_ * H, R(0));
+      if (absorbed) row_norm_max<R>(W_UK_.get(), H, Dn, C, W_norm.get());
+    }
     for (const Chunk& c : chunks) {
       const RowKeys k = sparse_keys(c);
       const int64_t B = c.rows();
@@ -432,6 +447,10 @@ class Oracle {
         explicit_dP<R>(k, dO, v_.get(), H, Dv, dl.get());
         if (kLowp) row_dots<R>(dO, O, B * H, Dv, delta.get());
       }
+      if (slack)
+        delta_slack<R>(k, P.get(), dl.get(), H, Kg.get(), C, Rr, absorbed ? dOl.get() : dO, absorbed ? O_lat : O,
+                       absorbed ? C : Dv, absorbed ? W_norm.get() : nullptr, k_nope_.get(), Dn, s_,
+                       slack_nope.get() + c.r0 * H, slack_pe.get() + c.r0 * H);
       // Exact: Δ = Σ P·dP; bf16 policy: the SPEC's dO_lat·O_lat, except on one-hot rows (kernels.hpp).
       dlogit_rows<R>(P.get(), dl.get(), k.count, B, H, k.kmax, kLowp, delta.get());  // dP → dlogit in place
       if (absorbed) {
@@ -457,6 +476,9 @@ class Oracle {
         explicit_dkv<R>(k, dl.get(), Pb.get(), q_nope_.get() + c.r0 * H * Dn, q_pe_.get() + c.r0 * H * Rr, dO, H, Dn,
                         Rr, Dv, s_, dKn.get(), dKpe.get(), dVv.get());
       }
+    }
+    if (slack) {
+      res.delta = DeltaSlack{largest(slack_nope), largest(slack_pe)};
     }
     if (absorbed) {
       // O[g, h] = W_UV[h]·O_lat[g, h], every row at once.
@@ -547,11 +569,6 @@ class Oracle {
       scatter_add_keys<R>(k, dk.get(), DI, dk_I_.get(), DI);
     }
     if (kinks) {
-      auto largest = [](const DeviceArray<R>& a) {
-        std::vector<double> h(a.size());
-        to_host<R>(a.get(), h.data(), a.size());
-        return h.empty() ? 0.0 : *std::max_element(h.begin(), h.end());
-      };
       res.kink = KinkSlack{largest(row_slack), largest(key_slack)};
     }
     maybe_round(dq_I_.get(), Tp_ * HI * DI);

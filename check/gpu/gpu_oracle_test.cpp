@@ -320,6 +320,29 @@ TEST(GpuOracle, KinkSlackMatchesCpuReference) {
   }
 }
 
+// The Δ slack (core/result.hpp DeltaSlack) is the CPU reference's on both paths, injected indices
+// with duplicates included; none under the bf16 policy.
+TEST(GpuOracle, DeltaSlackMatchesCpuReference) {
+  DSA_REQUIRE_DEVICE();
+  for (const Path path : {Path::absorbed, Path::explicit_}) {
+    Problem p = base({40, 23}, 8);
+    p.path = path;
+    const StreamLayout L = make_layout(p.seqlens, p.cp, p.pad_rows);
+    const Inputs in = test::random_inputs(p.dims, L.tp, 78);
+    const Result cpu = run_core(p, in, RunOptions{});
+    const Result gpu = gpu_oracle_run(p, L, in, GpuOracleOptions{});
+    ASSERT_TRUE(cpu.delta.has_value());
+    ASSERT_TRUE(gpu.delta.has_value());
+    EXPECT_GT(cpu.delta->dq_nope, 0);
+    EXPECT_GT(cpu.delta->dq_pe, 0);
+    EXPECT_NEAR(gpu.delta->dq_nope, cpu.delta->dq_nope, 1e-12 * cpu.delta->dq_nope);
+    EXPECT_NEAR(gpu.delta->dq_pe, cpu.delta->dq_pe, 1e-12 * cpu.delta->dq_pe);
+    GpuOracleOptions bf;
+    bf.precision = Precision::bf16;
+    EXPECT_FALSE(gpu_oracle_run(p, L, in, bf).delta.has_value());
+  }
+}
+
 // SPEC.md §7: the streaming sparse KL (reusing the attention's lse) equals the plain sparse KL to
 // fp64 rounding, gradients included (here bit for bit: both take the target from the forward's P).
 TEST(GpuOracle, StreamingKlEqualsSparse) {

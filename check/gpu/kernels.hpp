@@ -94,6 +94,15 @@ template <class R> void row_dots(const R* a, const R* b, int64_t n, int64_t len,
 // the given row dot there alone.
 template <class R> void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, int64_t B, int64_t H, int64_t kmax,
                                     bool one_hot_only, R* delta);
+// The exact run's Δ slack terms per (b, h) (core/result.hpp DeltaSlack), with dP still in dP:
+// slack_nope[b·H + h], slack_pe[b·H + h]. dOx, Ox: dO_lat, O_lat (width C; W_norm = row_norm_max
+// of W_UK) or, on the explicit path, dO, O (width Dv; W_norm null, k_nope [Tp, H, Dn] instead).
+template <class R>
+void delta_slack(const RowKeys& k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
+                 const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn, R s,
+                 R* slack_nope, R* slack_pe);
+// out[h] = max over d < rows of ‖W[h, d, :len]‖.
+template <class R> void row_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out);
 // Explicit path: dP[b, h, j] = dO[b, h]·v[key, h].
 template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP);
 // Explicit path: dq_nope[b, h, :] = bf(s Σ_j dl·k_nope[key, h]), dq_pe[b, h, :] = bf(s Σ_j dl·k_pe[key]).
