@@ -34,7 +34,8 @@ struct IndexerArgs {
 void indexer_topk(const IndexerArgs& a, cudaStream_t s);
 
 // The indexer KL loss (SPEC.md §7) forward and backward, one launch sequence. Sparse mode streams
-// over the attention's indices and reuses its lse; dense mode covers every visible key.
+// over the attention's indices and reuses its lse (or its T^, `target`); dense mode covers every
+// visible key.
 struct LossArgs {
   const bf16* Qt;      // [Tq, H, C+R] absorbed queries Q~ (bf16, as the attention used them)
   const bf16* c;       // [Tp, C]
@@ -54,6 +55,10 @@ struct LossArgs {
   float* dq_I;         // [Tq, HI, DI] out
   float* dk_I;         // [Tp, DI] out: this rank's partial (reduce-scattered by the caller); zeroed by the callee
   float* dw;           // [Tq, HI] out
+  // Sparse mode, optional: T^ per slot of `indices` from the attention backward (AttnBwdArgs::target).
+  // Given, the loss reads it instead of recomputing the logits s·Q~·K~, and runs without Q~ in
+  // shared memory (several CTAs per SM); Qt, c, k_pe and lse are then not read.
+  const float* target = nullptr;
 };
 void indexer_loss(const LossArgs& a, cudaStream_t s);
 

@@ -45,7 +45,9 @@ FwdKernel attention_forward_kernel_for(const AttnFwdArgs& a);
 void attention_delta(const bf16* dO_lat, const bf16* O_lat, float* delta, int64_t rows, int C, cudaStream_t s);
 
 // dQ~ (written bf16) and dK~ += (fp32, atomics over queries: dc part = s·dS·Q~_nope + P·dO_lat,
-// dk_pe part = s·dS·q_pe), P recomputed from lse.
+// dk_pe part = s·dS·q_pe), P recomputed from lse. With `target`, also the indexer loss's sparse
+// target T^[g, slot] = Σ_h P[g,h,slot] (SPEC.md §7, before normalization), so that the loss need not
+// recompute the logits: the attention's own P, in fp32, summed over heads.
 struct AttnBwdArgs {
   const bf16* Qt;      // [Tq, H, C+R]
   const bf16* c;       // [Tp, C]
@@ -59,6 +61,10 @@ struct AttnBwdArgs {
   float scale;
   bf16* dQt;  // [Tq, H, C+R] out
   float* dK;  // [Tp, C+R] accumulated into (the caller zeroes it)
+  // [Tq, K] out, optional (H ≤ 128): T^ of slot j < count[g] of sel; the caller zeroes it. Each of
+  // the ≤ 2 head groups adds its part once, and 0 + a + b is the same number in either order, so
+  // T^ is bitwise deterministic although it is summed with atomics.
+  float* target = nullptr;
 };
 void attention_backward(const AttnBwdArgs& a, cudaStream_t s);
 

@@ -7,6 +7,8 @@
 //   dK~ partial of the tile (keys × C+R, K-dim = heads): s·dlogitᵀ·Q~ + Pᵀ·dO_lat, 64 columns at a
 //   time, added to the global fp32 dK~ with atomics (so dK~ is not bitwise deterministic; the
 //   README gives the measured spread). Larger C+R than 576 is covered by grid.z column chunks of dQ~.
+// Optionally the indexer loss's target T^ = Σ_h P per slot (AttnBwdArgs::target): the P of the tile
+// is in registers already, so the loss (fused/loss_kl.cu) skips its own C+R logits GEMM.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -29,7 +31,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 struct BwdSmem {
   int Dpad, SD, Cpad, SC, SP;
-  size_t q, dO, k0, k1, p, ds, stats, bytes;
+  size_t q, dO, k0, k1, p, ds, stats, target, bytes;
   // single: one key tile buffer (no prefetch) for large C+R that would not fit twice.
   __host__ __device__ BwdSmem(int C, int R, bool single = false) {
     Dpad = (C + R + 15) / 16 * 16;
@@ -44,7 +46,8 @@ struct BwdSmem {
     p = k1 + (size_t)BN * SD * 2;
     ds = p + (size_t)HB * SP * 2;
     stats = ds + (size_t)HB * SP * 2;
-    bytes = stats + 2 * HB * sizeof(float);
+    target = stats + 2 * HB * sizeof(float);
+    bytes = target + (HB / 16) * BN * sizeof(float);
   }
 };
 
@@ -70,6 +73,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
   bf16* sdS = reinterpret_cast<bf16*>(smem + L.ds);
   float* sLse = reinterpret_cast<float*>(smem + L.stats);  // log2-domain lse, +inf for absent heads
   float* sDelta = sLse + HB;
+  float* sTarget = reinterpret_cast<float*>(smem + L.target);  // [4 head slices][BN]: T^ partials
 
   const int row = blockIdx.x, h0 = blockIdx.y * HB, q0 = blockIdx.z * QB;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -159,12 +163,27 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_kernel(AttnBwd
 #endif
       }
       const int col = kh * 16 + nt * 8 + 2 * t4;
+      if (a.target) {  // T^: this warp's 16 heads of slots col, col+1 (fp32 P, before its bf16 rounding)
+        float t0 = p[0] + p[2], t1 = p[1] + p[3];
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+          t0 += __shfl_xor_sync(0xffffffffu, t0, o);
+          t1 += __shfl_xor_sync(0xffffffffu, t1, o);
+        }
+        if (g == 0) sTarget[ms * BN + col] = t0, sTarget[ms * BN + col + 1] = t1;
+      }
       *reinterpret_cast<uint32_t*>(sP + r0 * SP + col) = mma::pack_bf16(p[0], p[1]);
       *reinterpret_cast<uint32_t*>(sP + (r0 + 8) * SP + col) = mma::pack_bf16(p[2], p[3]);
       *reinterpret_cast<uint32_t*>(sdS + r0 * SP + col) = mma::pack_bf16(ds[0], ds[1]);
       *reinterpret_cast<uint32_t*>(sdS + (r0 + 8) * SP + col) = mma::pack_bf16(ds[2], ds[3]);
     }
     __syncthreads();
+    if (a.target && key_grads && threadIdx.x < BN) {  // the CTA's 64 heads, in a fixed order
+      const int slot = j * BN + threadIdx.x;
+      const float t = ((sTarget[threadIdx.x] + sTarget[BN + threadIdx.x]) + sTarget[2 * BN + threadIdx.x]) +
+                      sTarget[3 * BN + threadIdx.x];
+      if (slot < cnt) atomicAdd(a.target + (int64_t)row * a.K + slot, t);
+    }
 
     // dQ~ += dlogit·K~ over columns q0 + 288kh ...
     {
@@ -291,6 +310,9 @@ void attention_backward(const AttnBwdArgs& a, cudaStream_t s) {
                              " bytes of shared memory, more than the device's " + std::to_string(max_smem));
   DSA_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)L.bytes));
+  if (a.target && a.H > 2 * HB)  // a third head group would make the atomic sum order-dependent
+    throw std::invalid_argument("attention_backward: the loss target T^ needs H <= " + std::to_string(2 * HB) +
+                                " (H = " + std::to_string(a.H) + ")");
   dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + a.R + QB - 1) / QB);
   attention_backward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a, single);
   DSA_CUDA_CHECK(cudaGetLastError());

@@ -162,10 +162,12 @@ Case make_case(AttnShape s, uint32_t seed) {
   return c;
 }
 
-// What the kernels wrote: bf16 bits of O_lat and dQ~, fp32 lse and dK~.
+// What the kernels wrote: bf16 bits of O_lat and dQ~, fp32 lse and dK~, the loss target T^ per
+// slot of sel (AttnBwdArgs::target) and sel, count themselves.
 struct GpuRun {
   std::vector<uint16_t> O, dQ;
-  std::vector<float> lse, dK;
+  std::vector<float> lse, dK, target;
+  std::vector<int32_t> sel, cnt;
 };
 
 // Keys with their invisible rows NaN, NaN guards around every key buffer; every output poisoned
@@ -191,7 +193,7 @@ GpuRun run_gpu(const Case& c, FwdKernel kernel = FwdKernel::best) {
   DeviceArray<int32_t> sel(size_t(Tp) * s.K, -7), cnt(size_t(Tp), -7);
   DeviceArray<uint16_t> O(size_t(Tp) * s.H * s.C, kPoisonBf16), dQ(size_t(Tp) * s.H * D, kPoisonBf16);
   DeviceArray<float> lse(size_t(Tp) * s.H, poison_f32()), delta(size_t(Tp) * s.H, poison_f32()),
-      dK(size_t(Tp) * D, 0.f);
+      dK(size_t(Tp) * D, 0.f), target(size_t(Tp) * s.K, 0.f);
   auto B = [](const DeviceArray<uint16_t>& a) { return reinterpret_cast<bf16*>(a.p); };
   const RowRanges rr{drow.p, dkb.p, dke.p};
   const float scale = static_cast<float>(c.p.softmax_scale);
@@ -200,10 +202,11 @@ GpuRun run_gpu(const Case& c, FwdKernel kernel = FwdKernel::best) {
                     kernel);
   attention_delta(B(dO), B(O), delta.p, (int64_t)Tp * s.H, s.C, 0);
   attention_backward(AttnBwdArgs{B(Qt), B(ck), B(kpe), sel.p, cnt.p, B(dO), lse.p, delta.p, Tp, Tp, s.H, s.C, s.R, s.K,
-                                 scale, B(dQ), dK.p},
+                                 scale, B(dQ), dK.p, target.p},
                      0);
   check_cuda(cudaDeviceSynchronize(), "attention kernels");
-  return GpuRun{O.download(), dQ.download(), lse.download(), dK.download()};
+  return GpuRun{O.download(), dQ.download(), lse.download(), dK.download(), target.download(), sel.download(),
+                cnt.download()};
 }
 
 // The kernels' outputs as the catalogue tensors the host API makes of them (see the top).
@@ -257,6 +260,47 @@ void expect_parity(const Case& c, const GpuRun& r, const std::string& what, bool
   EXPECT_TRUE(passes(compare_tensor("dk_pe", m.dk_pe, Lw.dk_pe, E.dk_pe, c.L), what));
 }
 
+// The loss target T^[g, j] = Σ_h exp(s·Q~[g,h]·K~[sel[g,j]] − lse[g,h]) of the backward, against
+// the same sum in fp64 over the kernels' own bf16 operands and lse: within fp32 rounding per slot
+// (a dropped head group, a shifted slot or P taken after its bf16 rounding is far outside), each
+// row's slots sum to its heads with keys (Σ_j P = 1 per head), and slots past count[g] stay 0.
+void expect_target(const Case& c, const GpuRun& r) {
+  const AttnShape& s = c.s;
+  const double scale = c.p.softmax_scale;
+  auto key = [&](int64_t t, int64_t e) {
+    return double(round_bf16(float(e < s.C ? c.in.c.at(t, e) : c.in.k_pe.at(t, e - s.C))));
+  };
+  double worst = 0;
+  for (int g = 0; g < c.Tp; ++g) {
+    const int n = r.cnt[g];
+    double row_sum = 0;
+    for (int j = 0; j < s.K; ++j) {
+      const float got = r.target[size_t(g) * s.K + j];
+      if (j >= n) {
+        ASSERT_EQ(got, 0.f) << "row " << g << " slot " << j << " past count " << n;
+        continue;
+      }
+      const int64_t t = r.sel[size_t(g) * s.K + j];
+      double want = 0;
+      for (int h = 0; h < s.H; ++h) {
+        const uint16_t* q = &c.Qt[size_t(g * s.H + h) * c.D];
+        double dot = 0;
+        for (int e = 0; e < c.D; ++e) dot += double(bf16_float(q[e])) * key(t, e);
+        want += std::exp(scale * dot - double(r.lse[size_t(g) * s.H + h]));
+      }
+      const double err = std::fabs(double(got) - want) / std::max(want, 1e-30);
+      worst = std::max(worst, std::fabs(double(got) - want));
+      ASSERT_LE(std::fabs(double(got) - want), 1e-4 * want + 1e-7)
+          << "row " << g << " slot " << j << " key " << t << ": T^ " << got << ", fp64 " << want << " (rel " << err << ")";
+      row_sum += got;
+    }
+    if (n > 0) {
+      EXPECT_NEAR(row_sum, double(s.H), 1e-4 * s.H) << "row " << g << ": Σ_j T^ must be H";
+    }
+  }
+  ::testing::Test::RecordProperty("target_max_abs_error", std::to_string(worst));
+}
+
 // Exact-value rules that hold bit for bit: a row without a usable key has O_lat exactly 0 and
 // lse exactly −inf; a row with one usable key has a softmax over one element, whose gradient is
 // exactly 0, so dQ~ is exactly 0 (not the noise of dP − Δ summed in two orders).
@@ -302,6 +346,7 @@ TEST_P(AttentionKernels, MatchDoublePrecisionOnSameOperands) {
   const GpuRun got = run_gpu(c);
   expect_parity(c, got, shape_name(c.s));
   expect_exact_rows(c, got);
+  expect_target(c, got);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
@@ -372,6 +417,7 @@ TEST(AttentionBackward, RunToRunSpreadIsFp32Rounding) {
   EXPECT_LE(diff, kFloorRel * mx);
   EXPECT_EQ(a.dQ, b.dQ);  // dQ~ has no atomics: bitwise equal
   EXPECT_EQ(a.O, b.O);
+  EXPECT_EQ(a.target, b.target);  // T^: 0 + a + b over the two head groups, the same in either order
 }
 
 }  // namespace

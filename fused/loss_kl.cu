@@ -17,7 +17,9 @@
 // block owned by one warp for the whole row, so dq_I, dw and kl are deterministic. dk_I sums
 // rows through fp32 atomics: not bitwise deterministic run to run.
 // Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
-// 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128.
+// 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128. With T^ handed in by the
+// attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 72 KB there,
+// two CTAs per SM.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -236,7 +238,14 @@ __device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, co
   I[1] = quad_sum(v1);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArgs a, const LossLayout L, float* tscratch) {
+// kGivenT: sparse mode with T^ handed in (LossArgs::target, read through tscratch): no logits and
+// no Q~ in shared memory, so two CTAs share an SM. Their 128 registers a thread spill ~1 KB of it
+// (ptxas, sm_90a), and still: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms against 9.4 with one
+// CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json).
+template <bool kGivenT>
+__global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
+    indexer_loss_kernel(const LossArgs a, const LossLayout L, const float* tscratch_in) {
+  float* tscratch = const_cast<float*>(tscratch_in);  // written by pass B only when !kGivenT
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem + L.off_q());
@@ -267,7 +276,9 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
   const bool dk_vec = DI % 4 == 0 && (reinterpret_cast<uintptr_t>(a.dk_I) & 15) == 0;  // sm_90 float4 atomics
   (void)dk_vec;
   const bool kI_vec = DI % 8 == 0 && (reinterpret_cast<uintptr_t>(a.k_I) & 15) == 0;
-  if (CR % 8 == 0 && (reinterpret_cast<uintptr_t>(a.Qt) & 15) == 0) {
+  if (kGivenT) {
+    // no Q~: T^ comes from the attention backward
+  } else if (CR % 8 == 0 && (reinterpret_cast<uintptr_t>(a.Qt) & 15) == 0) {
     for (int e = tid; e < L.Hp * (L.CRp / 8); e += kThreads) {
       const int h = e / (L.CRp / 8), d = 8 * (e % (L.CRp / 8));
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -287,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
     *reinterpret_cast<uint32_t*>(sq + size_t(h) * L.LDI + d) = v;
   }
   for (int h = tid; h < L.HIp; h += kThreads) sw[h] = h < HI ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
-  for (int h = tid; h < L.Hp; h += kThreads) slse[h] = (!a.dense && h < H) ? a.lse[size_t(i) * H + h] : kNegInf;
+  for (int h = tid; h < L.Hp; h += kThreads) slse[h] = (!kGivenT && !a.dense && h < H) ? a.lse[size_t(i) * H + h] : kNegInf;
 
   const RowCtx x{a, L, sQ, sq, skI, skeys, lane, warp, gq, qq};
   // Stage tile `tile`: the warp's 16 keys (−1: not in the support) and their k_I rows.
@@ -388,14 +399,21 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
     const int tile = (step + rot) % ntiles;
     stage(tile);
     float That[2], I[2];
-    target_tile(x, slse, That);
+    if constexpr (kGivenT) {
+      for (int r = 0; r < 2; ++r) {
+        const int j = warp * 16 + gq + 8 * r;
+        That[r] = skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
+      }
+    } else {
+      target_tile(x, slse, That);
+    }
     float ua[kMaxIP][2][4];
     u_tile(x, ua);
     scores_tile(x, sw, ua, I);
     if (qq == 0)
       for (int r = 0; r < 2; ++r)
         if (skeys[warp * 16 + gq + 8 * r] >= 0) {
-          if (tscratch) tscratch[size_t(i) * a.K + tile * kTile + warp * 16 + gq + 8 * r] = That[r];
+          if (!kGivenT && tscratch) tscratch[size_t(i) * a.K + tile * kTile + warp * 16 + gq + 8 * r] = That[r];
           sumT += That[r];
           lse_merge(mI, sI, I[r], 1.f);
         }
@@ -434,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_loss_kernel(const LossArg
         const int j = warp * 16 + gq + 8 * r;
         That[r] = skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
       }
-    } else {
+    } else if constexpr (!kGivenT) {
       target_tile(x, slse, That);
     }
     float ua[kMaxIP][2][4];
@@ -594,9 +612,10 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
   }
   if (a.Tq <= 0) return;
   LossLayout L{};
+  const bool given = !a.dense && a.target != nullptr;  // T^ handed in: no Q~ in shared memory
   L.Hp = round_up(a.H, 16);
   L.CRp = round_up(a.C + a.R, 16);
-  L.LDQ = L.CRp + 8;
+  L.LDQ = given ? 0 : L.CRp + 8;
   L.HIp = round_up(a.HI, 16);
   L.DIp = round_up(a.DI, 16);
   L.LDI = L.DIp + 8;
@@ -608,10 +627,18 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
   if (L.bytes() > budget)
     throw InvalidInput("H", "H·(C+R) = " + std::to_string(a.H) + "·" + std::to_string(a.C + a.R) +
                                 " needs more shared memory than the fused indexer loss has");
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L.bytes())));
+  if (given) {
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(L.bytes())));
+    indexer_loss_kernel<true><<<a.Tq, kThreads, L.bytes(), s>>>(a, L, a.target);
+    DSA_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(L.bytes())));
   float* tscratch = nullptr;  // sparse: T^ per index slot, [Tq, K'] fp32 (stream-ordered allocation)
   if (!a.dense && a.K > 0) DSA_CUDA_CHECK(cudaMallocAsync(&tscratch, size_t(a.Tq) * a.K * sizeof(float), s));
-  indexer_loss_kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L, tscratch);
+  indexer_loss_kernel<false><<<a.Tq, kThreads, L.bytes(), s>>>(a, L, tscratch);
   const cudaError_t launched = cudaGetLastError();
   if (tscratch) DSA_CUDA_CHECK(cudaFreeAsync(tscratch, s));
   DSA_CUDA_CHECK(launched);

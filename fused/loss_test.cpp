@@ -30,6 +30,7 @@ struct LossCase {
   uint64_t seed = 1;
   double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, where φ'(0) matters
   CpSpec cp{};  // cp > 1: each rank's local rows run separately; dk_I partials are summed
+  bool target = false;  // sparse: T^ handed in (LossArgs::target, as the attention backward makes it)
 };
 
 Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
@@ -103,6 +104,25 @@ void check_loss(const LossCase& c) {
     DeviceArray<float> kl(Tq, kNaN), dq_I(size_t(Tq) * d.HI * d.DI, kNaN), dk_I(size_t(L.tp) * d.DI, kNaN),
         dw(size_t(Tq) * d.HI, kNaN);
     DeviceRows rows(L, rows_g);
+    // T^[i, j] = Σ_h exp(s·Q~[g,h]·K~[t] − lse[g,h]) in fp64 over the bf16 operands, 0 off the support.
+    std::vector<float> target;
+    if (c.target) {
+      target.assign(size_t(Tq) * K, 0.f);
+      for (int i = 0; i < Tq; ++i)
+        for (int j = 0; j < K; ++j) {
+          const int64_t g = rows_g[i], t = idx.at(g, j);
+          if (t < 0 || t >= Tp || !L.visible(g, t)) continue;
+          double sum = 0;
+          for (int64_t h = 0; h < d.H; ++h) {
+            double dot = 0;
+            for (int64_t e = 0; e < CR; ++e)
+              dot += Qt_t.at(g, h, e) * double(round_bf16(float(e < d.C ? in.c.at(t, e) : in.k_pe.at(t, e - d.C))));
+            sum += std::exp(p.softmax_scale * dot - lse_local.at(i, h));
+          }
+          target[size_t(i) * K + j] = float(sum);
+        }
+    }
+    DeviceArray<float> dtarget(c.target ? target : std::vector<float>(1, kNaN), kNaN);
     LossArgs a{};
     a.Qt = dQt.p, a.c = dc.p, a.k_pe = dkpe.p, a.lse = dlse.p, a.indices = didx.p;
     a.q_I = q_I.p, a.w = w.p, a.k_I = k_I.p, a.rows = rows.view();
@@ -112,6 +132,7 @@ void check_loss(const LossCase& c) {
     a.coeff_over_N = float(p.coeff / std::max<double>(1.0, double(L.counted_rows())));  // global N
     a.counted = dcounted.p;
     a.kl = kl.p, a.dq_I = dq_I.p, a.dk_I = dk_I.p, a.dw = dw.p;
+    if (c.target) a.target = dtarget.p, a.Qt = nullptr, a.c = nullptr, a.k_pe = nullptr, a.lse = nullptr;  // unread
     indexer_loss(a, nullptr);
     check_cuda(cudaDeviceSynchronize(), "indexer_loss");
     const auto kl_l = kl.download(), dq_l = dq_I.download(), dw_l = dw.download(), dk_l = dk_I.download();
@@ -156,6 +177,22 @@ TEST(FusedIndexerLoss, RanksOfContextParallelLayouts) {
   LossCase c{{29, 50}, dims(4, 24, 8, 5, 16), 8, LossMode::dense, false, PadRows::masked, false, 63};
   c.cp = CpSpec{3, Layout::contiguous, 0};
   check_loss(c);
+}
+
+// T^ handed in, as fused/run.cpp does with the attention backward's: the kernel without Q~ and
+// logits (the inputs it no longer reads are null) must pass on the same cases, CP ranks included.
+TEST(FusedIndexerLoss, SparseWithTheAttentionsTarget) {
+  DSA_SKIP_WITHOUT_GPU();
+  auto given = [](LossCase c) {
+    c.target = true;
+    return c;
+  };
+  check_loss(given({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::sparse, true, PadRows::attend, false, 11, 0.3}));
+  check_loss(given({{130, 70}, dims(17, 24, 8, 18, 130), 150, LossMode::sparse, true, PadRows::masked, true, 13}));
+  LossCase cp{{90, 41}, dims(8, 64, 16, 8, 32), 24, LossMode::sparse, true, PadRows::attend, true, 14};
+  cp.cp = CpSpec{4, Layout::zigzag, 8};
+  check_loss(given(cp));
+  check_loss(given({{180, 140}, dims(128, 512, 64, 64, 128), 64, LossMode::sparse, true, PadRows::masked, true, 16}));
 }
 
 TEST(FusedIndexerLoss, ProductionLike) {

@@ -352,24 +352,30 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
                     st);
   output_projection(blas, pd, B(O_lat), W_UV, B(O), st);
 
+  // ---- backward (with the sparse loss's target T^ = Σ_h P per slot, which the loss then reads) ----
+  const bool sparse_loss = p.loss == LossMode::sparse && Ka > 0 && H <= 128;  // past 128 the loss refuses H
+  DBuf<float> target(sparse_loss ? Tq * Ka : 0, st);
+  if (sparse_loss) target.zero(st);
+  grad_o_lat(blas, pd, B(dO), W_UV, B(dO_lat), st);
+  attention_delta(B(dO_lat), B(O_lat), delta.get(), Tq * H, (int)C, st);
+  dK.zero(st);
+  attention_backward(AttnBwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), B(dO_lat), lse.get(), delta.get(),
+                                 (int)Tq, (int)Tp, (int)H, (int)C, (int)R, (int)Ka, scale, B(dQt), dK.get(),
+                                 sparse_loss ? target.get() : nullptr},
+                     st);
+
   // ---- indexer loss (k1's kernels), N = global counted rows ----
   const double N = std::max<int64_t>(1, L.counted_rows());
   if (p.loss != LossMode::off) {
     LossArgs la{B(Qt), c_p, kpe_p, lse.get(), sel.get(), B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)H,
                 (int)C, (int)R, (int)HI, (int)DI, (int)Ka, scale, p.relu, p.loss == LossMode::dense,
-                static_cast<float>(p.coeff / N), counted.get(), kl.get(), dq_I.get(), dk_I.get(), dw.get()};
+                static_cast<float>(p.coeff / N), counted.get(), kl.get(), dq_I.get(), dk_I.get(), dw.get(),
+                sparse_loss ? target.get() : nullptr};
     indexer_loss(la, st);
   } else {
     for (auto* b : {&kl, &dq_I, &dk_I, &dw}) b->zero(st);
   }
 
-  // ---- backward ----
-  grad_o_lat(blas, pd, B(dO), W_UV, B(dO_lat), st);
-  attention_delta(B(dO_lat), B(O_lat), delta.get(), Tq * H, (int)C, st);
-  dK.zero(st);
-  attention_backward(AttnBwdArgs{B(Qt), c_p, kpe_p, sel.get(), count.get(), B(dO_lat), lse.get(), delta.get(),
-                                 (int)Tq, (int)Tp, (int)H, (int)C, (int)R, (int)Ka, scale, B(dQt), dK.get()},
-                     st);
   grad_query(blas, pd, B(dQt), W_UK, B(dq_nope), B(dq_pe), st);
   grad_W_UK(blas, pd, B(q_nope), B(dQt), dW_UK.get(), st);
   grad_W_UV(blas, pd, B(dO), B(O_lat), dW_UV.get(), st);

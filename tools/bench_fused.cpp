@@ -1,5 +1,6 @@
 // GPU benchmarks of the fused kernels (README "Benchmarks"): indexer + top-k, attention forward,
-// attention backward, indexer loss forward + backward, at DeepSeek-V3.2 and GLM-5 shapes with
+// attention backward, indexer loss forward + backward (on its own, and split as fused/run.cpp runs it:
+// the backward emitting the loss target T^, the loss reading it), at DeepSeek-V3.2 and GLM-5 shapes with
 // S = 4096, 16384, 65536 and 131072 (long context: query-side tensors past 2^31 elements), K = 2048;
 // the attention backward again with hot keys (every row selecting the same keys in most slots: the
 // dK~ atomics collide); CUDA events after warm-up; TFLOP/s over causal-valid pairs.
@@ -134,11 +135,30 @@ struct Workload {
                                                  R, K, scale(), dQt.p, dK.p},
                               st);
   }
-  void loss() {
-    fused::indexer_loss(fused::LossArgs{Qt.p, c.p, kpe.p, lse.p, sel.p, q_I.p, w.p, k_I.p, ranges(), S, S, H, C, R, HI,
-                                        DI, K, scale(), true, false, 1.f / S, counted.p, kl.p, dq_I.p, dk_I.p, dw.p},
-                        st);
+  // The backward that also emits the loss's target T^ (AttnBwdArgs::target, fused/run.cpp's order).
+  void backward_with_target() {
+    check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
+    check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
+    fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
+                                                 R, K, scale(), dQt.p, dK.p, target().p},
+                              st);
   }
+  // The loss on its own (T^ from its own logits), or reading the T^ the backward left (given).
+  void loss(bool given = false) {
+    fused::LossArgs a{Qt.p, c.p, kpe.p, lse.p, sel.p, q_I.p, w.p, k_I.p, ranges(), S, S, H, C, R, HI,
+                      DI, K, scale(), true, false, 1.f / S, counted.p, kl.p, dq_I.p, dk_I.p, dw.p};
+    if (given) {
+      if (!target_) backward_with_target();  // T^ must hold the backward's values
+      a.target = target().p;
+    }
+    fused::indexer_loss(a, st);
+  }
+  // [S, K] fp32, made on first use (1 GiB at S = 131072).
+  Buf<float>& target() {
+    if (!target_) target_ = std::make_unique<Buf<float>>((size_t)S * K);
+    return *target_;
+  }
+  std::unique_ptr<Buf<float>> target_;
 };
 
 // One workload alive at a time (the previous one is freed before the next is made).
@@ -159,6 +179,7 @@ double flops_per_pair(const std::string& kernel, const Dims& d) {
   if (kernel == "indexer") return 2 * I;                        // u = q_I·k_I for every head
   if (kernel == "forward" || kernel == "forward_mma") return 2 * H * (D + C);  // QKᵀ + PV
   if (kernel == "backward") return 2 * H * (D + C + D + D + C); // QKᵀ, dP, dQ~, dK~, dV~
+  if (kernel == "loss_given_target") return 3 * 2 * I;          // u, dq_I, dk_I (T^ came with the backward)
   return 2 * H * D + 3 * 2 * I;                                 // loss: logits; u, dq_I, dk_I
 }
 
@@ -202,7 +223,8 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
     else if (kernel == "forward") w.forward();
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward" || hot) w.backward();
-    else w.loss();
+    else if (kernel == "backward_target") w.backward_with_target();
+    else w.loss(kernel == "loss_given_target");
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
   const double pairs = kernel == "indexer" ? double(S) * (S + 1) / 2 : w.pairs;
@@ -225,7 +247,8 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   const double per_iter = total / double(state.iterations());
-  state.counters["TFLOP/s"] = flops_per_pair(hot ? "backward" : kernel, kModels[model].d) * pairs / per_iter / 1e12;
+  const std::string formula = hot || kernel == "backward_target" ? "backward" : kernel;
+  state.counters["TFLOP/s"] = flops_per_pair(formula, kModels[model].d) * pairs / per_iter / 1e12;
   state.counters["pairs"] = pairs;
   std::string label = std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK);
   if (kernel == "forward")
@@ -246,8 +269,8 @@ void run_core_speedup(benchmark::State& state) {
   auto step = [&] {
     w.indexer();
     w.forward();
-    w.loss();
-    w.backward();
+    w.backward_with_target();
+    w.loss(true);
   };
   step();
   check(cudaStreamSynchronize(w.st));
@@ -278,7 +301,11 @@ const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
                            // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
                            {"BM_FusedAttentionForwardMma", "forward_mma"},
                            {"BM_FusedAttentionBackward", "backward"},
-                           {"BM_FusedLossForwardBackward", "loss"}};
+                           {"BM_FusedLossForwardBackward", "loss"},
+                           // fused/run.cpp's sparse loss: the backward emits T^, the loss reads it.
+                           // Their loss share = (BackwardWithTarget − Backward + LossGivenTarget) / (Forward + Backward).
+                           {"BM_FusedAttentionBackwardWithTarget", "backward_target"},
+                           {"BM_FusedLossGivenTarget", "loss_given_target"}};
 constexpr int kSeqLens[] = {4096, 16384, 65536, 131072};
 constexpr int kHotSeqLens[] = {4096, 16384};
 
