@@ -18,7 +18,7 @@
 // rows through fp32 atomics: not bitwise deterministic run to run.
 // Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
 // 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128. With T^ handed in by the
-// attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 72 KB there,
+// attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 78 KB there,
 // two CTAs per SM.
 #include <algorithm>
 #include <cmath>
@@ -239,9 +239,9 @@ __device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, co
 }
 
 // kGivenT: sparse mode with T^ handed in (LossArgs::target, read through tscratch): no logits and
-// no Q~ in shared memory, so two CTAs share an SM. Their 128 registers a thread spill ~1 KB of it
-// (ptxas, sm_90a), and still: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms against 9.4 with one
-// CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json).
+// no Q~ in shared memory, so two CTAs share an SM. Capped at 128 registers a thread it spills ~1 KB
+// (ptxas, sm_90a) and is still faster: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms against 9.4
+// with one CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json).
 template <bool kGivenT>
 __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     indexer_loss_kernel(const LossArgs a, const LossLayout L, const float* tscratch_in) {
