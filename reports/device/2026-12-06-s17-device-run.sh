@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Session 17 device runs. SHA=<commit> SEED=<seed> bash scratch/s17-run.sh STAGE...
+# The one call that ran (SHA=tgt1: build tests repro lossbench) used an earlier lossbench that also
+# ran BM_FusedLossGivenTarget with DSA_LOSS_TWO_CTAS=1 (-> *-bench-loss-two-ctas.json) and with
+# DSA_LOSS_PROBE=1,2,3 (-> *-loss-probes.txt): temporary switches of that tree, never committed.
+# buildlean/losstests (with the dq_I-in-shared-memory patch and its fallback) never got a machine.
 set -uo pipefail
 W=$OUT/w; mkdir -p "$W"
 [ -n "${SHA:-}" ] && export DSA_GIT_SHA=$SHA  # the device checkout's git HEAD is the last landed commit, not this tree
