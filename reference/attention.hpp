@@ -287,17 +287,11 @@ void Rank<P>::attention_backward(RankOutput& out) {
     delta[tid] = w.delta;
   }
   if (!P::rounds) {
-    // The Δ slack: the largest over threads, then over ranks (each rank's in its own slot of a sum).
-    const int ranks = plan_.comm ? plan_.comm->size() : 1, me = plan_.comm ? plan_.comm->rank() : 0;
-    std::vector<double> slots(2 * ranks, 0.0);
-    for (const DeltaSlack& d : delta) {
-      slots[2 * me] = std::max(slots[2 * me], d.dq_nope);
-      slots[2 * me + 1] = std::max(slots[2 * me + 1], d.dq_pe);
-    }
-    all_reduce(slots.data(), 2 * ranks);
-    DeltaSlack all;
-    for (int r = 0; r < ranks; ++r) all = {std::max(all.dq_nope, slots[2 * r]), std::max(all.dq_pe, slots[2 * r + 1])};
-    out.delta = all;
+    // The Δ slack: the largest over threads, then over ranks.
+    std::vector<double> mine(2, 0.0);
+    for (const DeltaSlack& d : delta) mine = {std::max(mine[0], d.dq_nope), std::max(mine[1], d.dq_pe)};
+    const std::vector<double> all = all_max(mine);
+    out.delta = DeltaSlack{all[0], all[1]};
   }
   span.emplace("reference: backward key-side sums");
   for (int t = 1; t < nthreads; ++t) {

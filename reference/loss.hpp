@@ -119,16 +119,12 @@ void Rank<P>::loss(RankOutput& out) {
   out.loss = static_cast<double>(static_cast<R>(contrib[0]));
   if (kinks) {
     // Keys: summed over threads and ranks (every rank sees the keys in the same gathered order);
-    // rows: the largest over threads, then over ranks (each rank's in its own slot of a sum).
+    // rows: the largest over threads, then over ranks.
     for (int t = 1; t < nthreads; ++t)
       for (int64_t k = 0; k < Tp_; ++k) kink_keys[0][k] += kink_keys[t][k];
     all_reduce(kink_keys[0].data(), Tp_);
-    const int ranks = plan_.comm ? plan_.comm->size() : 1, me = plan_.comm ? plan_.comm->rank() : 0;
-    std::vector<double> rows(ranks, 0.0);
-    rows[me] = *std::max_element(kink_rows.begin(), kink_rows.end());
-    all_reduce(rows.data(), ranks);
-    out.kink = KinkSlack{*std::max_element(rows.begin(), rows.end()),
-                         Tp_ ? *std::max_element(kink_keys[0].begin(), kink_keys[0].end()) : 0.0};
+    const double rows = all_max({*std::max_element(kink_rows.begin(), kink_rows.end())})[0];
+    out.kink = KinkSlack{rows, Tp_ ? *std::max_element(kink_keys[0].begin(), kink_keys[0].end()) : 0.0};
   }
   bf_inplace<P>(dqI);
   bf_inplace<P>(dw);

@@ -295,6 +295,18 @@ class Rank {
   void all_reduce(double* buf, int64_t n) {
     if (plan_.comm) plan_.comm->allreduce_sum(buf, n);
   }
+  // The element-wise largest of v over ranks, through the sum: each rank's values in their own slots.
+  std::vector<double> all_max(const std::vector<double>& v) {
+    const int ranks = plan_.comm ? plan_.comm->size() : 1, me = plan_.comm ? plan_.comm->rank() : 0;
+    const size_t n = v.size();
+    std::vector<double> slots(ranks * n, 0.0);
+    std::copy(v.begin(), v.end(), slots.begin() + me * n);
+    all_reduce(slots.data(), static_cast<int64_t>(slots.size()));
+    std::vector<double> out(v.size(), -std::numeric_limits<double>::infinity());
+    for (int r = 0; r < ranks; ++r)
+      for (size_t k = 0; k < n; ++k) out[k] = std::max(out[k], slots[r * n + k]);
+    return out;
+  }
 
   // ---- indexer and top-k (SPEC.md §3–§4): indexer.hpp ------------------------------------------
 

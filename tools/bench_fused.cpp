@@ -129,18 +129,12 @@ struct Workload {
     return fused::AttnFwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, S, S, H, C, R, K, scale(), O_lat.p, lse.p};
   }
   void forward(fused::FwdKernel k = fused::FwdKernel::best) { fused::attention_forward(forward_args(), st, k); }
-  void backward() {
+  // with_target: the backward also emits the loss's target T^ (AttnBwdArgs::target, fused/run.cpp's order).
+  void backward(bool with_target = false) {
     check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
+    if (with_target) check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
     fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
-                                                 R, K, scale(), dQt.p, dK.p},
-                              st);
-  }
-  // The backward that also emits the loss's target T^ (AttnBwdArgs::target, fused/run.cpp's order).
-  void backward_with_target() {
-    check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
-    check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
-    fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
-                                                 R, K, scale(), dQt.p, dK.p, target().p},
+                                                 R, K, scale(), dQt.p, dK.p, with_target ? target().p : nullptr},
                               st);
   }
   // The loss on its own (T^ from its own logits), or reading the T^ the backward left (given).
@@ -148,7 +142,7 @@ struct Workload {
     fused::LossArgs a{Qt.p, c.p, kpe.p, lse.p, sel.p, q_I.p, w.p, k_I.p, ranges(), S, S, H, C, R, HI,
                       DI, K, scale(), true, false, 1.f / S, counted.p, kl.p, dq_I.p, dk_I.p, dw.p};
     if (given) {
-      if (!target_) backward_with_target();  // T^ must hold the backward's values
+      if (!target_) backward(true);  // T^ must hold the backward's values
       a.target = target().p;
     }
     fused::indexer_loss(a, st);
@@ -232,7 +226,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
     else if (kernel == "forward") w.forward();
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward" || hot) w.backward();
-    else if (kernel == "backward_target") w.backward_with_target();
+    else if (kernel == "backward_target") w.backward(true);
     else w.loss(kernel == "loss_given_target");
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
@@ -278,7 +272,7 @@ void run_core_speedup(benchmark::State& state) {
   auto step = [&] {
     w.indexer();
     w.forward();
-    w.backward_with_target();
+    w.backward(true);
     w.loss(true);
   };
   step();
