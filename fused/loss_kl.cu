@@ -18,8 +18,9 @@
 // rows through fp32 atomics: not bitwise deterministic run to run.
 // Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
 // 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128. With T^ handed in by the
-// attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 78 KB there,
-// two CTAs per SM.
+// attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 72 KB there,
+// plus 34 KB that hold the row's running dq_I (and, before pass C, pass B's second k_I tile), two
+// CTAs per SM.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -45,13 +46,26 @@ __host__ __device__ inline int round_up(int x, int m) { return (x + m - 1) / m *
 
 struct LossLayout {
   int Hp, CRp, LDQ, HIp, DIp, LDI, LDU;
+  int LDA;  // row stride of the running dq_I in shared memory (DIp + 8: float2 adds hit 32 banks), 0: global
   __host__ __device__ size_t off_q() const { return size_t(Hp) * LDQ * 2; }
   __host__ __device__ size_t off_kI() const { return off_q() + size_t(HIp) * LDI * 2; }
   __host__ __device__ size_t off_du() const { return off_kI() + size_t(kTile) * LDI * 2; }
   __host__ __device__ size_t off_w() const { return off_du() + size_t(kTile) * LDU * 2; }
   __host__ __device__ size_t off_lse() const { return off_w() + size_t(HIp) * 4; }
   __host__ __device__ size_t off_red() const { return off_lse() + size_t(Hp) * 4; }
-  __host__ __device__ size_t bytes() const { return off_red() + size_t(kWarps) * (2 * Hp > HIp ? 2 * Hp : HIp) * 4; }
+  // Pass A's per-warp (max, sum) per head needs 2·Hp floats a warp; with T^ given (LDQ = 0) only
+  // dw's HIp and pass B's pair remain.
+  __host__ __device__ size_t off_dq() const {
+    const int per_warp = LDQ == 0 ? (HIp > 2 ? HIp : 2) : (2 * Hp > HIp ? 2 * Hp : HIp);
+    return off_red() + size_t(kWarps) * per_warp * 4;
+  }
+  // The running dq_I, which pass B (before it is zeroed) uses as its second k_I tile.
+  __host__ __device__ size_t dq_bytes() const {
+    if (LDA == 0) return 0;
+    const size_t dq = size_t(HIp) * LDA * 4, kI = size_t(kTile) * LDI * 2;
+    return dq > kI ? dq : kI;
+  }
+  __host__ __device__ size_t bytes() const { return off_dq() + dq_bytes(); }
 };
 
 __device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
@@ -193,9 +207,10 @@ __device__ __forceinline__ void target_tile(const RowCtx& x, const float* slse, 
 }
 
 // u = k_I[t]·q_I[g,h] for the warp's 16 keys × all indexer heads (k_I rows staged in skI).
-__device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kMaxIP][2][4]) {
+template <int kIP>
+__device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kIP][2][4]) {
 #pragma unroll
-  for (int ip = 0; ip < kMaxIP; ++ip)
+  for (int ip = 0; ip < kIP; ++ip)
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -207,7 +222,7 @@ __device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kMaxIP][2][4
     uint32_t af[4];
     mma::ldmatrix_x4(af, ap + ks * 16);
 #pragma unroll
-    for (int ip = 0; ip < kMaxIP; ++ip) {
+    for (int ip = 0; ip < kIP; ++ip) {
       if (ip < nip) {
         uint32_t b[4];
         mma::ldmatrix_x4(b, bp + size_t(ip * 16) * x.L.LDI + ks * 16);
@@ -219,11 +234,12 @@ __device__ __forceinline__ void u_tile(const RowCtx& x, float (&ua)[kMaxIP][2][4
 }
 
 // Indexer scores I of rows g, g+8 from u (all quad lanes).
-__device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, const float (&ua)[kMaxIP][2][4],
+template <int kIP>
+__device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, const float (&ua)[kIP][2][4],
                                             float (&I)[2]) {
   float v0 = 0.f, v1 = 0.f;
 #pragma unroll
-  for (int ip = 0; ip < kMaxIP; ++ip)
+  for (int ip = 0; ip < kIP; ++ip)
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -241,8 +257,12 @@ __device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, co
 // kGivenT: sparse mode with T^ handed in (LossArgs::target, read through tscratch): no logits and
 // no Q~ in shared memory, so two CTAs share an SM. Capped at 128 registers a thread it spills ~1 KB
 // (ptxas, sm_90a) and is still faster: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms against 9.4
-// with one CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json).
-template <bool kGivenT>
+// with one CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json). The dq_I
+// accumulator and pass B's double buffer in shared memory (LossLayout::LDA) took it to 4.6 ms
+// (reports/device/2026-12-06-s18-s18a-bench-loss-*.json, against c3b6ba4 in the same run).
+// kIP: indexer head pairs the registers are sized for (4: HI ≤ 64, 8: HI ≤ 128); u and the dw
+// partials are 3·kIP·8 floats a thread, which is what the two-CTA build can least afford.
+template <bool kGivenT, int kIP>
 __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     indexer_loss_kernel(const LossArgs a, const LossLayout L, const float* tscratch_in) {
   float* tscratch = const_cast<float*>(tscratch_in);  // written by pass B only when !kGivenT
@@ -254,18 +274,28 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   float* sw = reinterpret_cast<float*>(smem + L.off_w());
   float* slse = reinterpret_cast<float*>(smem + L.off_lse());
   float* red = reinterpret_cast<float*>(smem + L.off_red());
-  __shared__ int skeys[kTile];
+  __shared__ int skeys[2 * kTile];  // a tile's keys; pass B's pipeline keeps two tiles
   __shared__ float sred[kWarps];
 
   const int i = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, qq = lane & 3;
   const int H = a.H, HI = a.HI, DI = a.DI;
   float* dq_row = a.dq_I + size_t(i) * HI * DI;
-  for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = 0.f;
-  const KeyRange vr = visible_range(a.rows, i, a.Tp);
-  const int nkeys = a.dense ? max(0, vr.end - vr.begin) : a.K;
-  if (!a.counted[i] || nkeys == 0) {  // not in the loss: zero KL and gradients
+  // The running dq_I[g], added to once per tile by its owner threads: in shared memory where it
+  // fits (no global read-modify-write per tile) and then written out once at the end.
+  float* dq_acc = L.LDA ? reinterpret_cast<float*>(smem + L.off_dq()) : dq_row;
+  const int lda = L.LDA ? L.LDA : DI;
+  if (!L.LDA)  // (the shared-memory accumulator is zeroed after pass B, which borrows it)
+    for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = 0.f;
+  auto no_gradient = [&] {  // zero KL and gradients for this row
     if (tid == 0) a.kl[i] = 0.f;
     for (int h = tid; h < HI; h += kThreads) a.dw[size_t(i) * HI + h] = 0.f;
+    if (L.LDA)
+      for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = 0.f;
+  };
+  const KeyRange vr = visible_range(a.rows, i, a.Tp);
+  const int nkeys = a.dense ? max(0, vr.end - vr.begin) : a.K;
+  if (!a.counted[i] || nkeys == 0) {  // not in the loss
+    no_gradient();
     return;
   }
   const int ntiles = (nkeys + kTile - 1) / kTile;
@@ -276,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   const bool dk_vec = DI % 4 == 0 && (reinterpret_cast<uintptr_t>(a.dk_I) & 15) == 0;  // sm_90 float4 atomics
   (void)dk_vec;
   const bool kI_vec = DI % 8 == 0 && (reinterpret_cast<uintptr_t>(a.k_I) & 15) == 0;
+  const bool dq_vec = di_even && (reinterpret_cast<uintptr_t>(dq_acc) & 7) == 0;  // float2 adds
   if (kGivenT) {
     // no Q~: T^ comes from the attention backward
   } else if (CR % 8 == 0 && (reinterpret_cast<uintptr_t>(a.Qt) & 15) == 0) {
@@ -306,37 +337,50 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   // index rows list keys in similar order) do not all add into the same dk_I rows at once. The
   // order is fixed per row, so everything but dk_I stays bitwise deterministic.
   const int rot = i % ntiles;
-  auto stage = [&](int tile) {
-    if (lane < 16) {
-      const int j = tile * kTile + warp * 16 + lane;
-      int t = -1;
-      if (a.dense) {
-        if (vr.begin + j < vr.end) t = vr.begin + j;
-      } else if (j < a.K) {
-        t = a.indices[size_t(i) * a.K + j];
-        if (t < vr.begin || t >= vr.end) t = -1;  // −1, INT_MIN, ≥ Tp and non-causal slots
-      }
-      skeys[warp * 16 + lane] = t;
+  // The key of slot `tile`·128 + warp·16 + lane (lanes < 16; −1: not in the support). A lane loads
+  // the next tile's key while this tile computes, so the gather waits on one load, not two.
+  auto key_at = [&](int tile) {
+    const int j = tile * kTile + warp * 16 + lane;
+    int t = -1;
+    if (lane >= 16) return t;
+    if (a.dense) {
+      if (vr.begin + j < vr.end) t = vr.begin + j;
+    } else if (j < a.K) {
+      t = a.indices[size_t(i) * a.K + j];
+      if (t < vr.begin || t >= vr.end) t = -1;  // −1, INT_MIN, ≥ Tp and non-causal slots
     }
+    return t;
+  };
+  // The warp's 16 keys into keys[] and their k_I rows into kI (async: cp.async, then the caller
+  // commits and waits; else plain loads and stores, done when this returns).
+  auto stage_rows = [&](int t, int* keys, bf16* kI, bool async) {
+    if (lane < 16) keys[warp * 16 + lane] = t;
     __syncwarp();
     if (kI_vec) {  // 16-byte rows pieces
       for (int e = lane; e < 16 * (L.DIp / 8); e += 32) {
         const int r = e / (L.DIp / 8), d = 8 * (e % (L.DIp / 8));
-        const int t = skeys[warp * 16 + r];
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (t >= 0 && d < DI) v = __ldg(reinterpret_cast<const uint4*>(a.k_I + size_t(t) * DI + d));
-        *reinterpret_cast<uint4*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+        const int tr = keys[warp * 16 + r];
+        bf16* dst = kI + size_t(warp * 16 + r) * L.LDI + d;
+        const bool in = tr >= 0 && d < DI;
+        if (async && in) {
+          mma::cp_async16(dst, a.k_I + size_t(tr) * DI + d);
+        } else {
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (in) v = __ldg(reinterpret_cast<const uint4*>(a.k_I + size_t(tr) * DI + d));
+          *reinterpret_cast<uint4*>(dst) = v;
+        }
       }
     } else {
       for (int e = lane; e < 16 * (L.DIp / 2); e += 32) {
         const int r = e / (L.DIp / 2), d = 2 * (e % (L.DIp / 2));
-        const int t = skeys[warp * 16 + r];
-        const uint32_t v = t >= 0 ? mma::load_pair(a.k_I + size_t(t) * DI, d, DI, di_even) : 0u;
-        *reinterpret_cast<uint32_t*>(skI + size_t(warp * 16 + r) * L.LDI + d) = v;
+        const int tr = keys[warp * 16 + r];
+        const uint32_t v = tr >= 0 ? mma::load_pair(a.k_I + size_t(tr) * DI, d, DI, di_even) : 0u;
+        *reinterpret_cast<uint32_t*>(kI + size_t(warp * 16 + r) * L.LDI + d) = v;
       }
     }
-    __syncwarp();
+    if (!async) __syncwarp();
   };
+  auto stage = [&](int t) { stage_rows(t, skeys, skI, false); };
   __syncthreads();
 
   // ---- pass A (dense): per-head lse over the visible keys ------------------------------------
@@ -349,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
 #pragma unroll
         for (int c = 0; c < 2; ++c) m[hp][n][c] = kNegInf, s[hp][n][c] = 0.f;
     for (int tile = 0; tile < ntiles; ++tile) {
-      stage((tile + rot) % ntiles);
+      stage(key_at((tile + rot) % ntiles));
       float acc[kMaxHP][2][4];
       logits_tile(x, acc);
       const bool v0 = skeys[warp * 16 + gq] >= 0, v1 = skeys[warp * 16 + gq + 8] >= 0;
@@ -394,25 +438,51 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   }
 
   // ---- pass B: Σ T^ and the lse of the indexer scores over the support -----------------------
+  // It is warp-local. With T^ given and the dq_I accumulator in shared memory (unused until pass
+  // C), that region is a second k_I tile: the warp copies the next tile's rows into it (cp.async)
+  // while it computes this one.
+  const bool two_tiles = kGivenT && L.LDA != 0 && kI_vec;
+  bf16* const skI2 = reinterpret_cast<bf16*>(smem + L.off_dq());
+  auto tile_of = [&](int step) { return (step + rot) % ntiles; };
   float sumT = 0.f, mI = kNegInf, sI = 0.f;
+  int t_ahead = key_at(tile_of(0));  // the key of the next tile to stage
+  if (two_tiles) {
+    stage_rows(t_ahead, skeys, skI, true);
+    mma::cp_async_commit();
+    if (ntiles > 1) t_ahead = key_at(tile_of(1));
+  }
   for (int step = 0; step < ntiles; ++step) {
-    const int tile = (step + rot) % ntiles;
-    stage(tile);
+    const int tile = tile_of(step), b = two_tiles ? step & 1 : 0;
+    if (two_tiles) {
+      if (step + 1 < ntiles) {
+        stage_rows(t_ahead, skeys + (b ^ 1) * kTile, b ? skI : skI2, true);
+        mma::cp_async_commit();
+        mma::cp_async_wait_prior();
+        if (step + 2 < ntiles) t_ahead = key_at(tile_of(step + 2));
+      } else {
+        mma::cp_async_wait_all();
+      }
+      __syncwarp();  // every lane's copies of this tile have landed
+    } else {
+      stage(t_ahead);
+      if (step + 1 < ntiles) t_ahead = key_at(tile_of(step + 1));
+    }
+    const RowCtx xb{a, L, sQ, sq, b ? skI2 : skI, skeys + b * kTile, lane, warp, gq, qq};
     float That[2], I[2];
     if constexpr (kGivenT) {
       for (int r = 0; r < 2; ++r) {
         const int j = warp * 16 + gq + 8 * r;
-        That[r] = skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
+        That[r] = xb.skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
       }
     } else {
       target_tile(x, slse, That);
     }
-    float ua[kMaxIP][2][4];
-    u_tile(x, ua);
-    scores_tile(x, sw, ua, I);
+    float ua[kIP][2][4];
+    u_tile(xb, ua);
+    scores_tile(xb, sw, ua, I);
     if (qq == 0)
       for (int r = 0; r < 2; ++r)
-        if (skeys[warp * 16 + gq + 8 * r] >= 0) {
+        if (xb.skeys[warp * 16 + gq + 8 * r] >= 0) {
           if (!kGivenT && tscratch) tscratch[size_t(i) * a.K + tile * kTile + warp * 16 + gq + 8 * r] = That[r];
           sumT += That[r];
           lse_merge(mI, sI, I[r], 1.f);
@@ -430,22 +500,25 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   for (int w = 0; w < kWarps; ++w) lse_merge(mI, sI, red[2 * w], red[2 * w + 1]);
   __syncthreads();
   if (sI == 0.f) {  // an empty support (every slot invalid): KL 0, no gradient
-    if (tid == 0) a.kl[i] = 0.f;
-    for (int h = tid; h < HI; h += kThreads) a.dw[size_t(i) * HI + h] = 0.f;
+    no_gradient();
     return;
   }
+  if (L.LDA)  // every warp is past pass B (the barriers above): its second k_I tile is free
+    for (int e = tid; e < HI * lda; e += kThreads) dq_acc[e] = 0.f;
   const float lseI = mI + logf(sI), normT = fmaxf(sumT, 1e-10f);
 
   // ---- pass C: KL, dI, du and the gradients ---------------------------------------------------
   float kl = 0.f;
-  float dwp[kMaxIP][2][2] = {};
+  float dwp[kIP][2][2] = {};
   const int nip = L.HIp / 16, ndc = (L.DIp + 63) / 64;
+  t_ahead = key_at(tile_of(0));
   for (int step = 0; step < ntiles; ++step) {
-    const int tile = (step + rot) % ntiles;
+    const int tile = tile_of(step);
 #if DSA_MUTANT_streaming_kl_drop_last_chunk
     if (!a.dense && tile == ntiles - 1) break;  // planted: the last key tile of the row is skipped
 #endif
-    stage(tile);
+    stage(t_ahead);
+    if (step + 1 < ntiles) t_ahead = key_at(tile_of(step + 1));
     float That[2], I[2], dI[2];
     if (tscratch) {  // sparse: T^ of each slot was kept by pass B
       for (int r = 0; r < 2; ++r) {
@@ -455,7 +528,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     } else if constexpr (!kGivenT) {
       target_tile(x, slse, That);
     }
-    float ua[kMaxIP][2][4];
+    float ua[kIP][2][4];
     u_tile(x, ua);
     scores_tile(x, sw, ua, I);
     bool valid[2];
@@ -471,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     }
     // du = bf16(dI·w·φ'(u)) into shared memory ([key][head]); dw partials in registers.
 #pragma unroll
-    for (int ip = 0; ip < kMaxIP; ++ip)
+    for (int ip = 0; ip < kIP; ++ip)
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const int h = ip * 16 + n * 8 + 2 * qq;
@@ -562,20 +635,33 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
         const int h = mh * 16 + gq + 8 * r;
         if (h >= HI) continue;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 8; ++nt) {
+          const int d = dc * 64 + nt * 8 + 2 * qq;
+          float* p = dq_acc + size_t(h) * lda + d;
+          if (dq_vec) {  // d even, DI even: d < DI means the pair is in
+            if (d < DI) {
+              float2 v = *reinterpret_cast<float2*>(p);
+              v.x += acc[nt][2 * r];
+              v.y += acc[nt][2 * r + 1];
+              *reinterpret_cast<float2*>(p) = v;
+            }
+          } else {
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int d = dc * 64 + nt * 8 + 2 * qq + c;
-            if (d < DI) dq_row[size_t(h) * DI + d] += acc[nt][2 * r + c];
+            for (int c = 0; c < 2; ++c)
+              if (d + c < DI) p[c] += acc[nt][2 * r + c];
           }
+        }
       }
     }
     __syncthreads();  // before the next tile overwrites the staged keys
   }
 
+  if (L.LDA)  // the tile loop ended on a barrier: every warp's last additions are in
+    for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = dq_acc[size_t(e / DI) * lda + e % DI];
+
   // dw: lanes of one quad column share heads; reduce over g, then over warps in a fixed order.
 #pragma unroll
-  for (int ip = 0; ip < kMaxIP; ++ip)
+  for (int ip = 0; ip < kIP; ++ip)
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -620,25 +706,34 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
   L.DIp = round_up(a.DI, 16);
   L.LDI = L.DIp + 8;
   L.LDU = L.HIp + 8;
-  int dev = 0, optin = 0;
+  L.LDA = 0;
+  const auto kernel = !given ? indexer_loss_kernel<false, kMaxIP>
+                     : L.HIp <= 64 ? indexer_loss_kernel<true, 4> : indexer_loss_kernel<true, kMaxIP>;
+  int dev = 0, optin = 0, per_sm = 0, reserved = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&dev));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t budget = size_t(optin) - 1024;  // the kernel's static shared memory
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  cudaFuncAttributes fa{};
+  DSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  const size_t budget = size_t(optin) - fa.sharedSizeBytes;  // less the kernel's static shared memory
+  if (given) {  // the running dq_I in shared memory if two CTAs (static part and reserve included) still fit an SM
+    LossLayout with = L;
+    with.LDA = L.DIp + 8;
+    if (2 * (with.bytes() + fa.sharedSizeBytes + size_t(reserved)) <= size_t(per_sm)) L = with;
+  }
   if (L.bytes() > budget)
     throw InvalidInput("H", "H·(C+R) = " + std::to_string(a.H) + "·" + std::to_string(a.C + a.R) +
                                 " needs more shared memory than the fused indexer loss has");
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L.bytes())));
   if (given) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(L.bytes())));
-    indexer_loss_kernel<true><<<a.Tq, kThreads, L.bytes(), s>>>(a, L, a.target);
+    kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L, a.target);
     DSA_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(indexer_loss_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(L.bytes())));
   float* tscratch = nullptr;  // sparse: T^ per index slot, [Tq, K'] fp32 (stream-ordered allocation)
   if (!a.dense && a.K > 0) DSA_CUDA_CHECK(cudaMallocAsync(&tscratch, size_t(a.Tq) * a.K * sizeof(float), s));
-  indexer_loss_kernel<false><<<a.Tq, kThreads, L.bytes(), s>>>(a, L, tscratch);
+  kernel<<<a.Tq, kThreads, L.bytes(), s>>>(a, L, tscratch);
   const cudaError_t launched = cudaGetLastError();
   if (tscratch) DSA_CUDA_CHECK(cudaFreeAsync(tscratch, s));
   DSA_CUDA_CHECK(launched);

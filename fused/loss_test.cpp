@@ -193,6 +193,12 @@ TEST(FusedIndexerLoss, SparseWithTheAttentionsTarget) {
   cp.cp = CpSpec{4, Layout::zigzag, 8};
   check_loss(given(cp));
   check_loss(given({{180, 140}, dims(128, 512, 64, 64, 128), 64, LossMode::sparse, true, PadRows::masked, true, 16}));
+  // Several key tiles (pass B's two-tile pipeline, odd and even counts, a partial last tile), with
+  // the running dq_I in shared memory at HI ≤ 64 and above, and in global memory where it does not
+  // fit beside a second CTA (HI 128, DI 256).
+  check_loss(given({{400}, dims(8, 32, 8, 64, 128), 333, LossMode::sparse, true, PadRows::attend, true, 17, 0.2}));
+  check_loss(given({{300, 260}, dims(16, 64, 16, 96, 64), 300, LossMode::sparse, false, PadRows::masked, true, 18}));
+  check_loss(given({{150, 120}, dims(8, 32, 8, 128, 256), 200, LossMode::sparse, true, PadRows::attend, true, 19}));
 }
 
 TEST(FusedIndexerLoss, ProductionLike) {

@@ -44,6 +44,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// All but the most recent committed group have landed (a two-buffer pipeline's older tile).
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 // Two fp32 values as one bf16x2 register (lower column in the low half).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
