@@ -15,8 +15,9 @@
 // a last select leaves K' keys. Rows shorter than CAP − 256 never compact. Shared memory:
 // BQ·(HI16·(DI16+8)·2 + HI16·4 + CAP·8) bytes: BQ = 2 with two CTAs per SM where that fits
 // (99 KB a CTA at HI = 64, DI = 128, K' = 2048), else 4, 2 or 1 at one CTA per SM; no global
-// scratch. Deterministic: the tile order and the
-// in-thread reduction order are fixed; only the (free) slot order of equal-ranked keys can vary.
+// scratch. The scores are deterministic (fixed tile and in-thread reduction order); the selection
+// is not: candidates take buffer slots through an atomic counter and boundary ties resolve by
+// buffer order, so slot order and the tied keys kept vary run to run (fuzz --repeat finds it).
 #include <algorithm>
 #include <cstdint>
 #include <string>
