@@ -59,6 +59,9 @@ struct TensorCheck {
     int64_t differing = 0;     // elements whose bits differed in some later run
     double spread = 0;         // max |run_k − run_1| over finite elements
     double spread_ratio = 0;   // spread / (α·e_l + floor)
+    // Later runs that selected other keys and were judged on their own (check/repeats.hpp); after
+    // the indexer, differing and spread cover only the others.
+    int rejudged = 0;
   };
   std::optional<Repeat> repeat;
 

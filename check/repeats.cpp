@@ -54,7 +54,15 @@ std::string fmt3(double x) {
 
 }  // namespace
 
-void check_repeat(CaseVerdict& v, const Result& first, const Result& again, const std::vector<std::string>& deterministic) {
+bool selection_changed(const Result& first, const Result& again, const std::vector<std::string>& deterministic) {
+  if (std::find(deterministic.begin(), deterministic.end(), "topk") != deterministic.end()) return false;
+  const Diff d = diff(first.topk.data, again.topk.data);
+  return !d.shape_changed && d.differing > 0;
+}
+
+void check_repeat(CaseVerdict& v, const Result& first, const Result& again, const std::vector<std::string>& deterministic,
+                  const CaseVerdict* own, bool selection_feeds_attention) {
+  int run = 2;  // k: this run, as the checks count it
   for (TensorCheck& ch : v.checks) {
     if (ch.status == CheckStatus::not_checked) continue;
     if (!ch.repeat) {
@@ -63,12 +71,14 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
           std::find(deterministic.begin(), deterministic.end(), ch.tensor) != deterministic.end();
     }
     TensorCheck::Repeat& r = *ch.repeat;
-    ++r.runs;
+    run = ++r.runs;
+    if (own) ++r.rejudged;
+    // After the indexer (the catalogue's stage) it ran on other keys: its own judgment covers it.
+    if (own && selection_feeds_attention && ch.stage != Stage::indexer) continue;
     const Diff d = diff_of(first, again, ch.tensor);
     r.differing = std::max(r.differing, d.differing);
     r.spread = std::max(r.spread, d.shape_changed ? INFINITY : d.spread);
-    // The top-k has no tolerance of its own here: another legal selection is judged by the first
-    // run's equivalence test only when the backend does not claim its bits.
+    // The top-k has no tolerance of its own here: another selection is judged on its own (`own`).
     const double tolerance = ch.alpha * ch.e_l + ch.floor;
     r.spread_ratio = tolerance > 0 ? r.spread / tolerance : (r.spread > 0 ? INFINITY : 0);
     std::string why;
@@ -85,8 +95,28 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
     ch.failure = Failure::nondeterministic;
     ch.detail = why;
   }
-  // The primary failure stays the first failing check in stage order.
-  if (v.verdict == Verdict::pass)
+  const std::string prefix = "run " + std::to_string(run) + " (another selection): ";
+  if (own) {
+    for (const TensorCheck& o : own->checks) {
+      if (!o.failed()) continue;
+      for (TensorCheck& ch : v.checks)
+        if (ch.tensor == o.tensor && !ch.failed()) {
+          ch.status = CheckStatus::fail;
+          ch.failure = o.failure;
+          ch.detail = prefix + o.detail;
+        }
+    }
+    v.oracle_s += own->oracle_s;
+    v.compare_s += own->compare_s;
+    for (int p = 0; p < 2; ++p) {
+      v.oracle_stages.indexer[p] += own->oracle_stages.indexer[p];
+      v.oracle_stages.attention[p] += own->oracle_stages.attention[p];
+    }
+    merge_agreement(v.oracle_agreement, own->oracle_agreement);
+  }
+  // The primary failure stays the first failing check in stage order; a failure outranks a case
+  // left unjudged by an earlier run.
+  if (v.verdict != Verdict::fail)
     for (const TensorCheck& ch : v.checks)
       if (ch.failed()) {
         v.verdict = Verdict::fail;
@@ -96,6 +126,16 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
         v.message = ch.tensor + ": " + ch.detail;
         break;
       }
+  // A run that could not be judged leaves the case unjudged, never passed; a failure of its own
+  // that no check of v holds (a tensor the first run left out) is the case's.
+  if (own && own->verdict != Verdict::pass && v.verdict != Verdict::fail &&
+      (v.verdict == Verdict::pass || own->failed())) {
+    v.verdict = own->verdict;
+    v.stage = own->stage;
+    v.tensor = own->tensor;
+    v.failure = own->failure;
+    v.message = prefix + own->message;
+  }
 }
 
 }  // namespace dsa

@@ -193,7 +193,8 @@ json check_json(const TensorCheck& t) {
                    {"deterministic", t.repeat->deterministic},
                    {"differing", t.repeat->differing},
                    {"spread", num(t.repeat->spread)},
-                   {"spread_ratio", num(t.repeat->spread_ratio)}};
+                   {"spread_ratio", num(t.repeat->spread_ratio)},
+                   {"rejudged", t.repeat->rejudged}};
   // The worst element of failing tensors only: a long run has tens of thousands of passing cases.
   if (t.worst && t.failed()) {
     const Location& w = *t.worst;

@@ -120,6 +120,7 @@ TensorCheck check_from_json(const json& j) {
     x.differing = r.at("differing").get<int64_t>();
     x.spread = number(r.at("spread"), kInf);
     x.spread_ratio = number(r.at("spread_ratio"), kInf);
+    x.rejudged = r.value("rejudged", 0);  // reports before it had none
     t.repeat = x;
   }
   const json& w = j.at("worst");

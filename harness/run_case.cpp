@@ -157,7 +157,10 @@ static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double 
       }
       v.backend_s += again.seconds > 0 ? again.seconds : seconds_since(tk);
       ++runs;
-      check_repeat(v, run.result, again.result, deterministic);
+      // Another legal selection computes everything after it on other keys: judged on its own.
+      std::optional<CaseVerdict> own;
+      if (selection_changed(run.result, again.result, deterministic)) own = judge(pc, again.result, *oracle);
+      check_repeat(v, run.result, again.result, deterministic, own ? &*own : nullptr, !pc.injected);
     }
     v.backend_s /= runs;
   }

@@ -145,6 +145,50 @@ TEST(RunCase, OnlyTheListedStagesAreChecked) {
   EXPECT_EQ(v.checks[1].tensor, "loss");
 }
 
+// --repeat: bitwise reproducible but for its top-k, whose ties resolve otherwise from the 2nd run on.
+class TopkUnclaimed : public FnBackend {
+ public:
+  using FnBackend::FnBackend;
+  std::vector<std::string> deterministic() const override {
+    std::vector<std::string> d = all_result_tensors();
+    d.erase(std::find(d.begin(), d.end(), "topk"));
+    return d;
+  }
+};
+
+TEST(RunCase, RepeatJudgesAnotherSelectionOnItsOwn) {
+  const Case c = ties_case();
+  const Result canonical = exact_run(c, generate_inputs(c), std::nullopt);
+  const Flip f = find_tie(canonical, canonical.topk.dim(1));
+  ASSERT_GE(f.g, 0);
+  auto backend = [&](TensorI later) {
+    return TopkUnclaimed([&, later, runs = 0](const Case& cc, const Inputs& ii, const std::optional<TensorI>&) mutable {
+      if (runs++ == 0) return exact_run(cc, ii, std::nullopt);
+      Result r = exact_run(cc, ii, later);
+      r.topk = later;
+      return r;
+    });
+  };
+  TensorI legal = canonical.topk, illegal = canonical.topk;
+  legal.at(f.g, f.slot) = f.other;
+  illegal.at(f.g, f.slot) = illegal.at(f.g, 0);  // a repeated key
+  TopkUnclaimed tie_flip = backend(legal);
+  CaseVerdict v = run_case(c, tie_flip, nullptr, /*repeat=*/3);
+  EXPECT_EQ(v.verdict, Verdict::pass) << v.message;
+  for (auto& ch : v.checks) {
+    ASSERT_TRUE(ch.repeat) << ch.tensor;
+    EXPECT_EQ(ch.repeat->runs, 3) << ch.tensor;
+    EXPECT_EQ(ch.repeat->rejudged, 2) << ch.tensor;
+  }
+  TopkUnclaimed repeated_key = backend(illegal);
+  CaseVerdict w = run_case(c, repeated_key, nullptr, /*repeat=*/2);
+  ASSERT_TRUE(w.failed());
+  EXPECT_EQ(w.tensor, "topk");
+  EXPECT_EQ(w.failure, Failure::topk_not_equivalent);
+  EXPECT_NE(w.message.find("run 2 (another selection): "), std::string::npos) << w.message;
+  EXPECT_EQ(w.bucket, "test:fn/indexer/topk/topk-not-equivalent");
+}
+
 TEST(RunCase, NothingProducedIsNotRunNeverAPass) {
   FnBackend b([](const Case&, const Inputs&, const std::optional<TensorI>&) { return Result{}; });
   CaseVerdict v = run_case(ties_case(), b);

@@ -154,6 +154,26 @@ TEST(Cli, FailureGivesARepoLineThatReproduces) {
   DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
 }
 
+TEST(Cli, RepeatRecordsEachTensorsLaterRunsInAValidReport) {
+  const std::string d = scratch();
+  Outcome r = dsa("fuzz --backend mutant:kl_reversed --profile smoke --cases 2 --corpus none --repeat 2 "
+                  "--report r.json", d);
+  ASSERT_EQ(r.code, 1) << r.out << r.err;
+  const json rep = read_json(d + "/r.json");
+  EXPECT_EQ(rep["context"]["repeat"], 2);
+  int64_t records = 0;
+  for (auto& c : rep["cases"])
+    if (c["verdict"] == "fail")
+      for (auto& t : c["tensors"]) {
+        if (!t.contains("repeat")) continue;
+        ++records;
+        EXPECT_EQ(t["repeat"]["runs"], 2) << t["tensor"];
+        EXPECT_EQ(t["repeat"]["rejudged"], 0) << t["tensor"];  // a CPU backend claims its top-k
+      }
+  EXPECT_GT(records, 0);
+  DSA_EXPECT_MATCHES_SCHEMA(rep, "report.schema.json");
+}
+
 TEST(Cli, MaxfailStopsTheRunAndWritesTheReport) {
   const std::string d = scratch();
   Outcome r = dsa("fuzz --backend mutant:kl_reversed --profile smoke --cases 20 --corpus none --maxfail 2 "
