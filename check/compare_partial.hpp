@@ -9,13 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/host_device.hpp"
 #include "core/result.hpp"
-
-#if defined(__CUDACC__)
-#define DSA_COMPARE_HD __host__ __device__
-#else
-#define DSA_COMPARE_HD
-#endif
 
 namespace dsa {
 
@@ -26,23 +21,23 @@ struct ComparePartial {
 };
 
 namespace compare_detail {
-DSA_COMPARE_HD inline bool is_nan(double v) { return std::isnan(v); }
-DSA_COMPARE_HD inline bool is_inf(double v) { return std::isinf(v); }
-DSA_COMPARE_HD inline double abs(double v) { return std::fabs(v); }
-DSA_COMPARE_HD inline double max(double a, double b) { return a < b ? b : a; }
-DSA_COMPARE_HD inline uint64_t bits(double v) {
+DSA_HD inline bool is_nan(double v) { return std::isnan(v); }
+DSA_HD inline bool is_inf(double v) { return std::isinf(v); }
+DSA_HD inline double abs(double v) { return std::fabs(v); }
+DSA_HD inline double max(double a, double b) { return a < b ? b : a; }
+DSA_HD inline uint64_t bits(double v) {
   uint64_t u;
   memcpy(&u, &v, sizeof u);
   return u;
 }
-DSA_COMPARE_HD inline void first(int64_t& at, int64_t candidate) {
+DSA_HD inline void first(int64_t& at, int64_t candidate) {
   if (candidate >= 0 && (at < 0 || candidate < at)) at = candidate;
 }
 }  // namespace compare_detail
 
 // Element i: fused f, exact x, lowp l (have_lowp false: no lowp value). pad_row: the element is
 // in a masked pad row, which must be exactly 0.
-DSA_COMPARE_HD inline void compare_element(ComparePartial& p, int64_t i, double f, double x, double l, bool have_lowp,
+DSA_HD inline void compare_element(ComparePartial& p, int64_t i, double f, double x, double l, bool have_lowp,
                                            bool pad_row) {
   using namespace compare_detail;
   if (bits(f) == kUnwrittenBits) {
@@ -79,7 +74,7 @@ DSA_COMPARE_HD inline void compare_element(ComparePartial& p, int64_t i, double 
 
 // Folds b (elements after a's, or interleaved with them) into a: first positions are the
 // smallest, the worst is the largest error at its smallest position.
-DSA_COMPARE_HD inline void merge(ComparePartial& a, const ComparePartial& b) {
+DSA_HD inline void merge(ComparePartial& a, const ComparePartial& b) {
   using namespace compare_detail;
   first(a.first_unwritten, b.first_unwritten), first(a.first_nan, b.first_nan), first(a.first_inf, b.first_inf);
   first(a.first_pad, b.first_pad);

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DSA_HD __host__ __device__
-#else
-#define DSA_HD
-#endif
+#include "core/host_device.hpp"
 
 namespace dsa::gpu {
 
