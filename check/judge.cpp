@@ -184,11 +184,7 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
   });
   v.oracle_s += seconds_since(t0);
   if (auto* dual = dynamic_cast<DualOracle*>(&oracle)) v.oracle_agreement = dual->take_agreement();
-  const StageCounts after = oracle.counts();
-  for (int p = 0; p < 2; ++p) {
-    v.oracle_stages.indexer[p] = after.indexer[p] - before.indexer[p];
-    v.oracle_stages.attention[p] = after.attention[p] - before.attention[p];
-  }
+  v.oracle_stages = oracle.counts() - before;
 
   // The comparison's time includes this scan of every exact value.
   t0 = Clock::now();

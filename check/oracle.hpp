@@ -35,6 +35,15 @@ struct StageRequest {
 struct StageCounts {
   std::array<int, 2> indexer{}, attention{};  // [exact, bf16]
   int total() const { return indexer[0] + indexer[1] + attention[0] + attention[1]; }
+  StageCounts& operator+=(const StageCounts& o) {
+    for (int p = 0; p < 2; ++p) indexer[p] += o.indexer[p], attention[p] += o.attention[p];
+    return *this;
+  }
+  StageCounts operator-(const StageCounts& o) const {  // the runs between two counts()
+    StageCounts d = *this;
+    for (int p = 0; p < 2; ++p) d.indexer[p] -= o.indexer[p], d.attention[p] -= o.attention[p];
+    return d;
+  }
 };
 
 class Oracle {

@@ -45,6 +45,10 @@ Diff diff_of(const Result& a, const Result& b, const std::string& name) {
   return diff(x->data, y->data);
 }
 
+bool declared(const std::vector<std::string>& deterministic, const std::string& tensor) {
+  return std::find(deterministic.begin(), deterministic.end(), tensor) != deterministic.end();
+}
+
 std::string fmt3(double x) {
   std::ostringstream s;
   s.precision(3);
@@ -55,7 +59,7 @@ std::string fmt3(double x) {
 }  // namespace
 
 bool selection_changed(const Result& first, const Result& again, const std::vector<std::string>& deterministic) {
-  if (std::find(deterministic.begin(), deterministic.end(), "topk") != deterministic.end()) return false;
+  if (declared(deterministic, "topk")) return false;
   const Diff d = diff(first.topk.data, again.topk.data);
   return !d.shape_changed && d.differing > 0;
 }
@@ -67,8 +71,7 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
     if (ch.status == CheckStatus::not_checked) continue;
     if (!ch.repeat) {
       ch.repeat.emplace();
-      ch.repeat->deterministic =
-          std::find(deterministic.begin(), deterministic.end(), ch.tensor) != deterministic.end();
+      ch.repeat->deterministic = declared(deterministic, ch.tensor);
     }
     TensorCheck::Repeat& r = *ch.repeat;
     run = ++r.runs;
@@ -108,10 +111,7 @@ void check_repeat(CaseVerdict& v, const Result& first, const Result& again, cons
     }
     v.oracle_s += own->oracle_s;
     v.compare_s += own->compare_s;
-    for (int p = 0; p < 2; ++p) {
-      v.oracle_stages.indexer[p] += own->oracle_stages.indexer[p];
-      v.oracle_stages.attention[p] += own->oracle_stages.attention[p];
-    }
+    v.oracle_stages += own->oracle_stages;
     merge_agreement(v.oracle_agreement, own->oracle_agreement);
   }
   // The primary failure stays the first failing check in stage order; a failure outranks a case
