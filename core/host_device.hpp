@@ -1,4 +1,4 @@
-// DSA_HD marks a function both the CPU code and the CUDA kernels call (one formula for both); a
+// DSA_HD marks a function both the CPU code and the CUDA kernels call (one definition for both); a
 // plain C++ compiler sees an ordinary inline function.
 #pragma once
 

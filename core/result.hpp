@@ -6,7 +6,6 @@
 #include <optional>
 #include <string>
 
-#include "core/host_device.hpp"
 #include "core/tensor.hpp"
 
 namespace dsa {
@@ -39,7 +38,7 @@ struct DeltaSlack {
   double dq_nope = 0, dq_pe = 0;
 };
 
-DSA_HD inline double delta_band(double abs_dO_O, double abs_P_dP) { return 0x1p-9 * (abs_dO_O + abs_P_dP); }
+inline double delta_band(double abs_dO_O, double abs_P_dP) { return 0x1p-9 * (abs_dO_O + abs_P_dP); }
 
 struct Result {
   std::optional<TensorD> scores;  // [Tp, Tp] indexer scores, −inf where not visible (small cases only)
