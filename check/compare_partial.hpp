@@ -38,7 +38,7 @@ DSA_HD inline void first(int64_t& at, int64_t candidate) {
 // Element i: fused f, exact x, lowp l (have_lowp false: no lowp value). pad_row: the element is
 // in a masked pad row, which must be exactly 0.
 DSA_HD inline void compare_element(ComparePartial& p, int64_t i, double f, double x, double l, bool have_lowp,
-                                           bool pad_row) {
+                                   bool pad_row) {
   using namespace compare_detail;
   if (bits(f) == kUnwrittenBits) {
     if (p.first_unwritten < 0) p.first_unwritten = i;
