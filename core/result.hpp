@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "core/bands.hpp"
 #include "core/tensor.hpp"
 
 namespace dsa {
@@ -19,12 +20,6 @@ struct KinkSlack {
   double dq_I = 0, dk_I = 0;
 };
 
-// The band of |u| within which φ'(u) is ambiguous: 4·DI·2⁻²⁴·‖q_I‖·‖k_I‖ (Cauchy–Schwarz bounds
-// Σ|q_i·k_i|; a DI-term fp32 sum is within (DI−1)·2⁻²⁴ of it, tensor-core accumulation a few times that).
-inline double kink_band(int64_t DI, double q_norm, double k_norm) {
-  return 4.0 * static_cast<double>(DI) * 0x1p-24 * q_norm * k_norm;
-}
-
 // Δ = dO_lat·O_lat (SPEC.md §6; dO·O on the explicit path) is formed from O_lat rounded to bf16 on
 // output, and O_lat from P rounded to bf16 before P·V (§8): a bf16-policy kernel's Δ is off from
 // the exact one by up to delta_band = 2⁻⁹·(Σ_c |dO_lat_c·O_lat_c| + Σ_j P_j·|dP_j|). That one number
@@ -37,8 +32,6 @@ inline double kink_band(int64_t DI, double q_norm, double k_norm) {
 struct DeltaSlack {
   double dq_nope = 0, dq_pe = 0;
 };
-
-inline double delta_band(double abs_dO_O, double abs_P_dP) { return 0x1p-9 * (abs_dO_O + abs_P_dP); }
 
 struct Result {
   std::optional<TensorD> scores;  // [Tp, Tp] indexer scores, −inf where not visible (small cases only)

@@ -30,8 +30,24 @@ struct IndexerArgs {
   bool relu;
   int32_t* topk;     // [Tq, K] out: the selected keys (any order), −1 in unused slots
   float* scores;     // [Tq, Tp] out, −inf where not visible; nullptr: not materialized
+  // [Tq, K] out, optional: the score of each slot of `topk` (−inf in unused slots), which the
+  // sparse loss reads instead of scoring the selected keys again (LossArgs::scores).
+  float* topk_scores = nullptr;
 };
 void indexer_topk(const IndexerArgs& a, cudaStream_t s);
+
+// I[g, j] = Σ_h w[g,h]·φ(q_I[g,h]·k_I[indices[g,j]]) at given slots, −inf where the slot is < 0
+// or ≥ Tp: the LossArgs::scores of an index set the indexer did not select (a benchmark's pattern).
+struct SlotScoresArgs {
+  const bf16* q_I;          // [Tq, HI, DI]
+  const bf16* w;            // [Tq, HI]
+  const bf16* k_I;          // [Tp, DI]
+  const int32_t* indices;   // [Tq, K]
+  int Tq, Tp, HI, DI, K;
+  bool relu;
+  float* scores;            // [Tq, K] out
+};
+void indexer_scores_at(const SlotScoresArgs& a, cudaStream_t s);
 
 // The indexer KL loss (SPEC.md §7) forward and backward, one launch sequence. Sparse mode streams
 // over the attention's indices and reuses its lse (or its T^, `target`); dense mode covers every
@@ -59,6 +75,12 @@ struct LossArgs {
   // Given, the loss reads it instead of recomputing the logits s·Q~·K~, and runs without Q~ in
   // shared memory (several CTAs per SM); Qt, c, k_pe and lse are then not read.
   const float* target = nullptr;
+  // With `target`, optional: the indexer score I of each slot of `indices` (−inf or anything where
+  // the slot is not in S(g)), as the indexer computed it when it selected them (IndexerArgs::
+  // topk_scores, carried through select_keys). Given, the loss takes lse(I) over S(g) from it
+  // instead of a first pass over the keys, and its I in the gradient too, so both are one set of
+  // values; only q_I·k_I is recomputed (φ'(u) and φ(u) per head for du and dw).
+  const float* scores = nullptr;
 };
 void indexer_loss(const LossArgs& a, cudaStream_t s);
 

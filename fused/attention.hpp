@@ -18,6 +18,11 @@ struct SelectArgs {
   int Tq, Tp, K;
   int32_t* sel;    // [Tq, K] out
   int32_t* count;  // [Tq] out
+  // Optional: a value per slot of `indices` (the indexer's score, IndexerArgs::topk_scores) that
+  // travels with its key: sel_values[g, j] is the value of sel[g, j]'s slot (of one of its slots,
+  // if the key repeats), −inf past count[g].
+  const float* values = nullptr;  // [Tq, K]
+  float* sel_values = nullptr;    // [Tq, K] out
 };
 void select_keys(const SelectArgs& a, cudaStream_t s);
 

@@ -3,6 +3,7 @@
 // sorted and de-duplicated here, once, for the forward, the backward and the sparse KL alike.
 // Planted bugs (README "Planted kernel bugs") that concern which keys a row may use live here.
 #include <climits>
+#include <stdexcept>
 
 #include "fused/attention.hpp"
 #include "fused/cuda_check.hpp"
@@ -17,13 +18,16 @@ constexpr int kUnused = INT_MAX;  // sorts after every key
 // Whether slot t of a row is usable: a key the row may see (never trusting the indexer).
 __device__ bool usable(int t, int Tp, int kb, int ke) { return t >= 0 && t < Tp && t >= kb && t < ke; }
 
-// One block per query row. buf holds P = next_pow2(K) keys: shared memory when it fits, else a
-// global scratch slice of the row. Bitonic sort (ascending, unused slots last), then keep the
-// first of each run of equal keys, compacted in sorted order (slot order is free: SPEC §4).
+// One block per query row. buf holds P = next_pow2(K) keys (and vbuf their values, when the
+// slots carry any): shared memory when it fits, else a global scratch slice of the row. Bitonic
+// sort (ascending, unused slots last), then keep the first of each run of equal keys, compacted in
+// sorted order (slot order is free: SPEC §4).
 __global__ void select_keys_kernel(SelectArgs a, int P, int32_t* scratch) {
   extern __shared__ int32_t smem[];
   const int row = blockIdx.x;
   int32_t* buf = scratch ? scratch + (int64_t)row * P : smem;
+  float* vbuf = nullptr;  // scratch: [Tq, P] keys, then [Tq, P] values
+  if (a.values) vbuf = reinterpret_cast<float*>(scratch ? scratch + (int64_t)a.Tq * P + (int64_t)row * P : smem + P);
   const int kb = a.rows.key_begin[row];
   int ke = a.rows.key_end[row];
 #if DSA_MUTANT_causal_end_off_by_one
@@ -40,6 +44,7 @@ __global__ void select_keys_kernel(SelectArgs a, int P, int32_t* scratch) {
     if (i < a.K && t == -1) { t = 0; ok = true; }  // an empty slot reads key row 0 unchecked
 #endif
     buf[i] = ok ? t : kUnused;
+    if (vbuf) vbuf[i] = i < a.K ? a.values[(int64_t)row * a.K + i] : 0.f;
   }
   __syncthreads();
   for (int k = 2; k <= P; k <<= 1)
@@ -48,7 +53,13 @@ __global__ void select_keys_kernel(SelectArgs a, int P, int32_t* scratch) {
         const int l = i ^ j;
         if (l > i) {
           const int32_t x = buf[i], y = buf[l];
-          if ((x > y) == ((i & k) == 0)) buf[i] = y, buf[l] = x;
+          if ((x > y) == ((i & k) == 0)) {
+            buf[i] = y, buf[l] = x;
+            if (vbuf) {
+              const float v = vbuf[i];
+              vbuf[i] = vbuf[l], vbuf[l] = v;
+            }
+          }
         }
       }
       __syncthreads();
@@ -78,9 +89,16 @@ __global__ void select_keys_kernel(SelectArgs a, int P, int32_t* scratch) {
   const int n = s_n[kThreads - 1];
   int32_t* sel = a.sel + (int64_t)row * a.K;
   int out = s_n[threadIdx.x] - mine;
+  float* sel_values = a.values ? a.sel_values + (int64_t)row * a.K : nullptr;
   for (int i = lo; i < hi; ++i)
-    if (keep(i)) sel[out++] = buf[i];
-  for (int slot = n + threadIdx.x; slot < a.K; slot += kThreads) sel[slot] = -1;
+    if (keep(i)) {
+      if (sel_values) sel_values[out] = vbuf[i];
+      sel[out++] = buf[i];
+    }
+  for (int slot = n + threadIdx.x; slot < a.K; slot += kThreads) {
+    sel[slot] = -1;
+    if (sel_values) sel_values[slot] = -__builtin_huge_valf();
+  }
   if (threadIdx.x == 0) a.count[row] = n;
 }
 
@@ -90,9 +108,10 @@ void select_keys(const SelectArgs& a, cudaStream_t s) {
   if (a.Tq <= 0) return;
   int P = 1;
   while (P < a.K) P <<= 1;
-  // Up to 32K slots (128 KiB) sort in shared memory; wider rows sort in a global scratch.
-  const size_t bytes = size_t(P) * sizeof(int32_t);
-  constexpr size_t kMaxShared = size_t(32768) * sizeof(int32_t);
+  if (a.values && !a.sel_values) throw std::logic_error("select_keys: values without sel_values");
+  // Up to 128 KiB of keys (and values) sort in shared memory; wider rows sort in a global scratch.
+  const size_t bytes = size_t(P) * (a.values ? 8 : 4);
+  constexpr size_t kMaxShared = size_t(128) * 1024;
   int32_t* scratch = nullptr;
   if (bytes > kMaxShared) {
     DSA_CUDA_CHECK(cudaMallocAsync(&scratch, bytes * a.Tq, s));

@@ -5,11 +5,16 @@
 // and NaN poison in invisible key rows and guard regions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "fused/api.cuh"
+#include "fused/attention.hpp"
 #include "fused/indexer_testing.hpp"
 #include "check/compare.hpp"
 #include "reference/core.hpp"
@@ -26,6 +31,48 @@ struct IndexerCase {
   uint64_t seed = 1;
   CpSpec cp{};  // cp > 1: each rank's local rows run separately (Tq < Tp, rows out of global order)
 };
+
+// The row's top-k is SPEC §4's canonical order over the kernel's own scores (visible keys: the
+// ones it scored, the rest stay −inf): score descending, ties (−0 = +0) to the lower key, −1 after.
+::testing::AssertionResult canonical_rows(const std::vector<int32_t>& topk, const std::vector<float>& scores, int Tq,
+                                          int Tp, int K) {
+  std::vector<int32_t> keys;
+  for (int i = 0; i < Tq; ++i) {
+    const float* s = scores.data() + size_t(i) * Tp;
+    keys.clear();
+    for (int t = 0; t < Tp; ++t)
+      if (s[t] != -INFINITY) keys.push_back(t);
+    std::stable_sort(keys.begin(), keys.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    for (int j = 0; j < K; ++j) {
+      const int32_t want = j < int(keys.size()) ? keys[j] : -1, got = topk[size_t(i) * K + j];
+      if (got != want)
+        return ::testing::AssertionFailure() << "local row " << i << " slot " << j << ": key " << got
+                                             << ", canonical " << want;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// topk_scores[i, j] is the score the kernel gave the key in topk[i, j] (its dense output; −0 may
+// come back as +0), −inf in unused slots.
+::testing::AssertionResult slot_scores_match(const std::vector<int32_t>& topk, const std::vector<float>& topk_scores,
+                                             const std::vector<float>& scores, int Tq, int Tp, int K) {
+  for (int i = 0; i < Tq; ++i)
+    for (int j = 0; j < K; ++j) {
+      const int32_t t = topk[size_t(i) * K + j];
+      const float got = topk_scores[size_t(i) * K + j], want = t >= 0 ? scores[size_t(i) * Tp + t] : -INFINITY;
+      if (!(got == want))
+        return ::testing::AssertionFailure() << "local row " << i << " slot " << j << " (key " << t << "): topk_scores "
+                                             << got << ", its score " << want;
+    }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0)
+    return ::testing::AssertionFailure() << "not bit for bit equal";
+  return ::testing::AssertionSuccess();
+}
 
 void check_indexer(const IndexerCase& c) {
   Dims d = tiny_dims();
@@ -55,11 +102,24 @@ void check_indexer(const IndexerCase& c) {
     DeviceArray<int32_t> topk(size_t(Tq) * K, int32_t(-7));
     DeviceArray<float> scores(size_t(Tq) * Tp, kNaN);
     DeviceRows rows(L, rows_g);
-    IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tq, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p};
+    DeviceArray<float> topk_scores(size_t(Tq) * K, kNaN);
+    IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tq, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p,
+                  topk_scores.p};
     indexer_topk(a, nullptr);
     check_cuda(cudaDeviceSynchronize(), "indexer_topk");
     const auto s_local = scores.download();
     const auto t_local = topk.download();
+    const auto ts_local = topk_scores.download();
+    // Bit for bit again (the `cuda` backend declares topk deterministic), and canonical.
+    DeviceArray<int32_t> topk2(size_t(Tq) * K, int32_t(-7));
+    DeviceArray<float> topk_scores2(size_t(Tq) * K, kNaN);
+    a.topk = topk2.p, a.topk_scores = topk_scores2.p;
+    indexer_topk(a, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "indexer_topk again");
+    EXPECT_EQ(topk2.download(), t_local) << "rank " << r << ": the selection changed run to run";
+    EXPECT_TRUE(bitwise_equal(topk_scores2.download(), ts_local)) << "rank " << r << ": topk_scores changed run to run";
+    EXPECT_TRUE(canonical_rows(t_local, s_local, Tq, Tp, K)) << "rank " << r;
+    EXPECT_TRUE(slot_scores_match(t_local, ts_local, s_local, Tq, Tp, K)) << "rank " << r;
     for (int i = 0; i < Tq; ++i) {
       std::copy(s_local.begin() + size_t(i) * Tp, s_local.begin() + size_t(i + 1) * Tp, sc.begin() + rows_g[i] * Tp);
       std::copy(t_local.begin() + size_t(i) * K, t_local.begin() + size_t(i + 1) * K, tk.begin() + rows_g[i] * K);
@@ -102,6 +162,94 @@ TEST(FusedIndexer, ProductionLike) {
   DSA_SKIP_WITHOUT_GPU();
   check_indexer({{300, 212}, 64, 128, 128, true, PadRows::masked, 0.0, 41});  // DeepSeek-V3.2 heads
   check_indexer({{420}, 32, 128, 256, true, PadRows::attend, 0.0, 42});        // GLM-5 heads
+}
+
+// indexer_scores_at (the bench's stand-in for the indexer's topk_scores) against fp64 over the same
+// bf16 operands, within the fp32 rounding bound of its sums: n·2⁻²⁴·Σ_h |w|·Σ_d |q·k| with n the
+// longest chain of additions (DI products, then HI heads); φ is 1-Lipschitz. Empty, negative and
+// out-of-range slots give −inf.
+TEST(FusedIndexer, ScoresAtGivenSlots) {
+  DSA_SKIP_WITHOUT_GPU();
+  Dims d = tiny_dims();
+  d.HI = 37, d.DI = 130;
+  const int T = 41, K = 9;
+  const Inputs in = random_inputs(d, T, 71);
+  std::vector<int32_t> idx(size_t(T) * K);
+  for (int g = 0; g < T; ++g)
+    for (int j = 0; j < K; ++j) idx[size_t(g) * K + j] = (j == 0) ? -1 : (j == 1 ? T : (j == 2 ? INT32_MIN : (g * 7 + j * 5) % T));
+  for (bool relu : {true, false}) {
+    DeviceArray<bf16> q_I(to_bf16(in.q_I), bf16_nan()), w(to_bf16(in.w), bf16_nan()), k_I(to_bf16(in.k_I), bf16_nan());
+    DeviceArray<int32_t> di(idx, -1);
+    DeviceArray<float> out(size_t(T) * K, kNaN);
+    indexer_scores_at(SlotScoresArgs{q_I.p, w.p, k_I.p, di.p, T, T, int(d.HI), int(d.DI), K, relu, out.p}, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "indexer_scores_at");
+    const auto got = out.download();
+    for (int g = 0; g < T; ++g)
+      for (int j = 0; j < K; ++j) {
+        const int32_t t = idx[size_t(g) * K + j];
+        const float v = got[size_t(g) * K + j];
+        if (t < 0 || t >= T) {
+          EXPECT_EQ(v, -INFINITY) << "row " << g << " slot " << j;
+          continue;
+        }
+        double I = 0, mag = 0;
+        for (int64_t h = 0; h < d.HI; ++h) {
+          double u = 0, um = 0;
+          for (int64_t e = 0; e < d.DI; ++e) {
+            const double x = in.q_I.at(g, h, e) * in.k_I.at(t, e);
+            u += x, um += std::fabs(x);
+          }
+          I += in.w.at(g, h) * (relu ? std::max(u, 0.0) : u);
+          mag += std::fabs(in.w.at(g, h)) * um;
+        }
+        const double bound = double(d.DI + d.HI + 2) * std::ldexp(1.0, -24) * mag;
+        EXPECT_LE(std::fabs(double(v) - I), bound) << "row " << g << " slot " << j << " relu " << relu;
+      }
+  }
+}
+
+// select_keys carries a value per slot with its key into S(g)'s order: each kept key's value,
+// −inf past count, through invalid, non-causal and repeated slots (a repeated key carries the
+// same value in every slot, as the indexer's score of it would).
+TEST(FusedIndexer, SelectCarriesTheSlotScores) {
+  DSA_SKIP_WITHOUT_GPU();
+  const int T = 50, K = 12;
+  std::vector<int32_t> idx(size_t(T) * K), kb(T, 0), ke(T), row(T);
+  std::vector<float> val(size_t(T) * K);
+  for (int g = 0; g < T; ++g) {
+    row[g] = g, ke[g] = g + 1;
+    for (int j = 0; j < K; ++j) {
+      const int32_t t = j % 5 == 4 ? -1 : (j % 7 == 6 ? g + 3 : (g * 13 + j * 3) % (g + 1));  // −1, non-causal, repeats
+      idx[size_t(g) * K + j] = t;
+      val[size_t(g) * K + j] = 0.25f * float(t) - 3.f;
+    }
+  }
+  DeviceArray<int32_t> di(idx, -1), dr(row, 0), db(kb, 0), de(ke, 0), sel(size_t(T) * K, -7), cnt(T, -7);
+  DeviceArray<float> dv(val, kNaN), sv(size_t(T) * K, kNaN);
+  select_keys(SelectArgs{di.p, RowRanges{dr.p, db.p, de.p}, T, T, K, sel.p, cnt.p, dv.p, sv.p}, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "select_keys");
+  const auto s = sel.download(), c = cnt.download();
+  const auto v = sv.download();
+  for (int g = 0; g < T; ++g) {
+    std::vector<int32_t> want;
+    for (int j = 0; j < K; ++j) {
+      const int32_t t = idx[size_t(g) * K + j];
+      if (t >= 0 && t <= g) want.push_back(t);
+    }
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    ASSERT_EQ(c[g], int(want.size())) << "row " << g;
+    for (int j = 0; j < K; ++j) {
+      const size_t e = size_t(g) * K + j;
+      if (j < c[g]) {
+        EXPECT_EQ(s[e], want[j]) << "row " << g << " slot " << j;
+        EXPECT_EQ(v[e], 0.25f * float(want[j]) - 3.f) << "row " << g << " slot " << j;
+      } else {
+        EXPECT_EQ(s[e], -1) << "row " << g << " slot " << j;
+        EXPECT_EQ(v[e], -INFINITY) << "row " << g << " slot " << j;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -12,12 +12,14 @@
 // threshold; before a tile could overflow the buffer, an exact CTA-wide radix select
 // (fused/topk_select.cuh) compacts it to the K' best and raises the threshold to their pivot (a
 // later key equal to the pivot cannot change the answer, ties may resolve any way). At the end
-// a last select leaves K' keys. Rows shorter than CAP − 256 never compact. Shared memory:
+// a last select leaves K' keys; IndexerArgs::topk_scores, when asked for, gets each kept key's
+// score back from its order key (the sparse loss reads them). Rows shorter than CAP − 256 never
+// compact. Shared memory:
 // BQ·(HI16·(DI16+8)·2 + HI16·4 + CAP·8) bytes: BQ = 2 with two CTAs per SM where that fits
 // (99 KB a CTA at HI = 64, DI = 128, K' = 2048), else 4, 2 or 1 at one CTA per SM; no global
-// scratch. The scores are deterministic (fixed tile and in-thread reduction order); the selection
-// is not: candidates take buffer slots through an atomic counter and boundary ties resolve by
-// buffer order, so slot order and the tied keys kept vary run to run (fuzz --repeat finds it).
+// scratch. Deterministic: the tile order and the in-thread reduction order are fixed; candidates
+// take buffer slots through an atomic counter (an order that varies run to run), so every select
+// breaks boundary ties by the lower key index and the row is written in canonical order.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
     __syncthreads();
   }
 
-  // Final selection and output: K' slots, the selected keys first, −1 after.
+  // Final selection and output: K' slots, the selected keys first in canonical order, −1 after.
   for (int q = 0; q < L.BQ; ++q) {
     const int i = i0 + q;
     if (i >= a.Tq) break;
@@ -193,7 +195,11 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
       select_top(skey + size_t(q) * L.CAP, sidx + size_t(q) * L.CAP, n, a.K, scr);
       n = a.K;
     }
+    sort_canonical(skey + size_t(q) * L.CAP, sidx + size_t(q) * L.CAP, n);
     for (int j = tid; j < a.K; j += kThreads) a.topk[size_t(i) * a.K + j] = j < n ? sidx[size_t(q) * L.CAP + j] : -1;
+    if (a.topk_scores)
+      for (int j = tid; j < a.K; j += kThreads)
+        a.topk_scores[size_t(i) * a.K + j] = j < n ? score_of_key(skey[size_t(q) * L.CAP + j]) : -__builtin_huge_valf();
   }
 }
 

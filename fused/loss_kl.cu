@@ -4,7 +4,8 @@
 // keys) is walked in tiles of 128 keys, 16 per warp, in up to three passes:
 //   A (dense only) per-head softmax normalizer over the support: online max/sum, lse_h;
 //      sparse mode reuses the attention's lse instead, A_h = exp(s·Q~·K~ − lse_h);
-//   B Σ_t T^[t] (T^ = Σ_h A_h) and the log-sum-exp of the indexer scores I over the support;
+//   B Σ_t T^[t] (T^ = Σ_h A_h) and the log-sum-exp of the indexer scores I over the support
+//      (with T^ and I handed in, LossArgs::target and ::scores, a sum over the row's slots);
 //   C T = T^/max(ΣT^, 1e-10), logQ, KL, dI = coeff/N·(softmax(I) − T), du = bf16(dI·w·φ'(u)),
 //      dw = Σ_t dI·φ(u), dk_I[t] += du·q_I (fp32 atomics), dq_I += duᵀ·k_I.
 // Sparse mode keeps T^ per index slot from pass B for pass C (a [Tq, K'] fp32 scratch, the size of
@@ -20,7 +21,8 @@
 // 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128. With T^ handed in by the
 // attention backward (LossArgs::target, sparse mode) there are no logits and no Q~: 72 KB there,
 // plus 34 KB that hold the row's running dq_I (and, before pass C, pass B's second k_I tile), two
-// CTAs per SM.
+// CTAs per SM; at HI ≤ 32 (DI 128) a second k_I tile of its own fits beside them too (105 KB), and
+// pass C then stages the next tile's keys while it computes this one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,9 +49,12 @@ __host__ __device__ inline int round_up(int x, int m) { return (x + m - 1) / m *
 struct LossLayout {
   int Hp, CRp, LDQ, HIp, DIp, LDI, LDU;
   int LDA;  // row stride of the running dq_I in shared memory (DIp + 8: float2 adds hit 32 banks), 0: global
+  // 1: a second k_I tile of its own after dq_I, so that passes B and C both stage the next tile
+  // while they compute this one; 0: pass B borrows the dq_I region (LDA ≠ 0) and pass C waits.
+  int kI2;
   __host__ __device__ size_t off_q() const { return size_t(Hp) * LDQ * 2; }
   __host__ __device__ size_t off_kI() const { return off_q() + size_t(HIp) * LDI * 2; }
-  __host__ __device__ size_t off_du() const { return off_kI() + size_t(kTile) * LDI * 2; }
+  __host__ __device__ size_t off_du() const { return off_kI() + kI_bytes(); }
   __host__ __device__ size_t off_w() const { return off_du() + size_t(kTile) * LDU * 2; }
   __host__ __device__ size_t off_lse() const { return off_w() + size_t(HIp) * 4; }
   __host__ __device__ size_t off_red() const { return off_lse() + size_t(Hp) * 4; }
@@ -59,13 +64,15 @@ struct LossLayout {
     const int per_warp = LDQ == 0 ? (HIp > 2 ? HIp : 2) : (2 * Hp > HIp ? 2 * Hp : HIp);
     return off_red() + size_t(kWarps) * per_warp * 4;
   }
-  // The running dq_I, which pass B (before it is zeroed) uses as its second k_I tile.
+  // The running dq_I, which pass B (before it is zeroed) uses as its second k_I tile unless kI2.
   __host__ __device__ size_t dq_bytes() const {
     if (LDA == 0) return 0;
-    const size_t dq = size_t(HIp) * LDA * 4, kI = size_t(kTile) * LDI * 2;
-    return dq > kI ? dq : kI;
+    const size_t dq = size_t(HIp) * LDA * 4;
+    return kI2 || dq > kI_bytes() ? dq : kI_bytes();
   }
-  __host__ __device__ size_t bytes() const { return off_dq() + dq_bytes(); }
+  __host__ __device__ size_t kI_bytes() const { return size_t(kTile) * LDI * 2; }
+  __host__ __device__ size_t off_kI2() const { return off_dq() + dq_bytes(); }
+  __host__ __device__ size_t bytes() const { return off_kI2() + (kI2 ? kI_bytes() : 0); }
 };
 
 __device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
@@ -255,13 +262,15 @@ __device__ __forceinline__ void scores_tile(const RowCtx& x, const float* sw, co
 }
 
 // kGivenT: sparse mode with T^ handed in (LossArgs::target, read through tscratch): no logits and
-// no Q~ in shared memory, so two CTAs share an SM. Capped at 128 registers a thread it spills ~1 KB
-// (ptxas, sm_90a) and is still faster: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms against 9.4
-// with one CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json). The dq_I
-// accumulator and pass B's double buffer in shared memory (LossLayout::LDA) took it to 4.6 ms
-// (reports/device/2026-12-06-s18-s18a-bench-loss-*.json, against c3b6ba4 in the same run).
-// kIP: indexer head pairs the registers are sized for (4: HI ≤ 64, 8: HI ≤ 128); u and the dw
-// partials are 3·kIP·8 floats a thread, which is what the two-CTA build can least afford.
+// no Q~ in shared memory, so two CTAs share an SM. Capped at 128 registers a thread it spilled
+// ~0.7–1 KB (ptxas, sm_90a) and was still faster: on an H100 at DeepSeek-V3.2, S = 4096, 7.1 ms
+// against 9.4 with one CTA of 245 registers (reports/device/2026-12-06-s17-tgt1-bench-loss-*.json).
+// The dq_I accumulator and pass B's double buffer in shared memory (LossLayout::LDA) took it to
+// 4.6 ms (reports/device/2026-12-06-s18-s18a-bench-loss-*.json, against c3b6ba4 in the same run).
+// Most of the spill was the dense pass A, which it never runs: without it compiled in, kIP ≤ 4
+// fits 128 registers with no spill (kIP 8: ~330 bytes).
+// kIP: indexer head pairs the registers are sized for (2: HI ≤ 32, 4: HI ≤ 64, 8: HI ≤ 128); u
+// and the dw partials are 3·kIP·8 floats a thread, which is what the two-CTA build can least afford.
 template <bool kGivenT, int kIP>
 __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     indexer_loss_kernel(const LossArgs a, const LossLayout L, const float* tscratch_in) {
@@ -384,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   __syncthreads();
 
   // ---- pass A (dense): per-head lse over the visible keys ------------------------------------
-  if (a.dense) {
+  if (!kGivenT && a.dense) {  // (kGivenT is sparse only: no pass A compiled there)
     float m[kMaxHP][2][2], s[kMaxHP][2][2];
 #pragma unroll
     for (int hp = 0; hp < kMaxHP; ++hp)
@@ -438,20 +447,29 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   }
 
   // ---- pass B: Σ T^ and the lse of the indexer scores over the support -----------------------
-  // It is warp-local. With T^ given and the dq_I accumulator in shared memory (unused until pass
-  // C), that region is a second k_I tile: the warp copies the next tile's rows into it (cp.async)
-  // while it computes this one.
-  const bool two_tiles = kGivenT && L.LDA != 0 && kI_vec;
-  bf16* const skI2 = reinterpret_cast<bf16*>(smem + L.off_dq());
+  // It is warp-local. With T^ given, the warp copies the next tile's k_I rows into a second tile
+  // (cp.async) while it computes this one: its own region (kI2), or the dq_I accumulator's,
+  // unused until pass C. With T^ and I both given there is nothing to compute per key: it sums
+  // over the row's slots.
+  const bool two_tiles = kGivenT && (L.LDA != 0 || L.kI2) && kI_vec;
+  bf16* const skI2 = reinterpret_cast<bf16*>(smem + (L.kI2 ? L.off_kI2() : L.off_dq()));
   auto tile_of = [&](int step) { return (step + rot) % ntiles; };
   float sumT = 0.f, mI = kNegInf, sI = 0.f;
+  const bool given_I = kGivenT && a.scores != nullptr;
+  if (given_I)
+    for (int j = tid; j < a.K; j += kThreads) {
+      const int t = a.indices[size_t(i) * a.K + j];
+      if (t < vr.begin || t >= vr.end) continue;  // as key_at: not in S(g)
+      sumT += tscratch[size_t(i) * a.K + j];
+      lse_merge(mI, sI, a.scores[size_t(i) * a.K + j], 1.f);
+    }
   int t_ahead = key_at(tile_of(0));  // the key of the next tile to stage
-  if (two_tiles) {
+  if (two_tiles && !given_I) {
     stage_rows(t_ahead, skeys, skI, true);
     mma::cp_async_commit();
     if (ntiles > 1) t_ahead = key_at(tile_of(1));
   }
-  for (int step = 0; step < ntiles; ++step) {
+  for (int step = 0; step < (given_I ? 0 : ntiles); ++step) {
     const int tile = tile_of(step), b = two_tiles ? step & 1 : 0;
     if (two_tiles) {
       if (step + 1 < ntiles) {
@@ -475,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
         That[r] = xb.skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
       }
     } else {
-      target_tile(x, slse, That);
+      target_tile(xb, slse, That);
     }
     float ua[kIP][2][4];
     u_tile(xb, ua);
@@ -511,29 +529,58 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
   float kl = 0.f;
   float dwp[kIP][2][2] = {};
   const int nip = L.HIp / 16, ndc = (L.DIp + 63) / 64;
+  // With its own second tile (kI2) pass C stages the next tile's k_I rows while it computes this
+  // one, as pass B does; the barrier that ends each tile frees the buffer the copies go to.
+  const bool two_tiles_c = L.kI2 && kI_vec;
   t_ahead = key_at(tile_of(0));
+  if (two_tiles_c) {
+    stage_rows(t_ahead, skeys, skI, true);
+    mma::cp_async_commit();
+    if (ntiles > 1) t_ahead = key_at(tile_of(1));
+  }
   for (int step = 0; step < ntiles; ++step) {
-    const int tile = tile_of(step);
+    const int tile = tile_of(step), b = two_tiles_c ? step & 1 : 0;
 #if DSA_MUTANT_streaming_kl_drop_last_chunk
     if (!a.dense && tile == ntiles - 1) break;  // planted: the last key tile of the row is skipped
 #endif
-    stage(t_ahead);
-    if (step + 1 < ntiles) t_ahead = key_at(tile_of(step + 1));
+    if (two_tiles_c) {
+      if (step + 1 < ntiles) {
+        stage_rows(t_ahead, skeys + (b ^ 1) * kTile, b ? skI : skI2, true);
+        mma::cp_async_commit();
+        mma::cp_async_wait_prior();
+        if (step + 2 < ntiles) t_ahead = key_at(tile_of(step + 2));
+      } else {
+        mma::cp_async_wait_all();
+      }
+      __syncwarp();
+    } else {
+      stage(t_ahead);
+      if (step + 1 < ntiles) t_ahead = key_at(tile_of(step + 1));
+    }
+    const int* const ck = skeys + b * kTile;  // this tile's keys and k_I rows
+    const bf16* const ckI = b ? skI2 : skI;
+    const RowCtx xc{a, L, sQ, sq, ckI, ck, lane, warp, gq, qq};
     float That[2], I[2], dI[2];
-    if (tscratch) {  // sparse: T^ of each slot was kept by pass B
+    if (tscratch) {  // sparse: T^ of each slot was kept by pass B (or handed in)
       for (int r = 0; r < 2; ++r) {
         const int j = warp * 16 + gq + 8 * r;
-        That[r] = skeys[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
+        That[r] = ck[j] >= 0 ? tscratch[size_t(i) * a.K + tile * kTile + j] : 0.f;
       }
     } else if constexpr (!kGivenT) {
-      target_tile(x, slse, That);
+      target_tile(xc, slse, That);
     }
     float ua[kIP][2][4];
-    u_tile(x, ua);
-    scores_tile(x, sw, ua, I);
+    u_tile(xc, ua);
+    if (given_I)  // the values lse(I) came from
+      for (int r = 0; r < 2; ++r) {
+        const int j = warp * 16 + gq + 8 * r;
+        I[r] = ck[j] >= 0 ? a.scores[size_t(i) * a.K + tile * kTile + j] : 0.f;
+      }
+    else
+      scores_tile(xc, sw, ua, I);
     bool valid[2];
     for (int r = 0; r < 2; ++r) {
-      valid[r] = skeys[warp * 16 + gq + 8 * r] >= 0;
+      valid[r] = ck[warp * 16 + gq + 8 * r] >= 0;
       const float T = That[r] / normT, logQ = I[r] - lseI, Q = expf(logQ);
       dI[r] = valid[r] ? a.coeff_over_N * (Q - T) : 0.f;
 #if DSA_MUTANT_kl_reversed
@@ -585,7 +632,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
 #if __CUDA_ARCH__ >= 900
       if (dk_vec) {  // lane pairs swap halves so that each lane adds 4 consecutive dims of one key
         const bool odd = qq & 1;
-        const int t = skeys[warp * 16 + gq + (odd ? 8 : 0)];
+        const int t = ck[warp * 16 + gq + (odd ? 8 : 0)];
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const float s0 = odd ? acc[nt][0] : acc[nt][2], s1 = odd ? acc[nt][1] : acc[nt][3];
@@ -599,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
 #endif
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int t = skeys[warp * 16 + gq + 8 * r];
+        const int t = ck[warp * 16 + gq + 8 * r];
         if (t < 0) continue;
         float* dst = a.dk_I + size_t(t) * DI;
 #pragma unroll
@@ -624,7 +671,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
           const int n0 = dc * 64 + np * 16;
           if (n0 < L.DIp) {
             uint32_t b[4];
-            mma::ldmatrix_x4_trans(b, skI + size_t(kk * 16 + mma::a_row(lane)) * L.LDI + n0 + mma::a_col(lane));
+            mma::ldmatrix_x4_trans(b, ckI + size_t(kk * 16 + mma::a_row(lane)) * L.LDI + n0 + mma::a_col(lane));
             mma::mma_bf16(acc[2 * np], af, b[0], b[1]);
             mma::mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
           }
@@ -655,6 +702,7 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
     }
     __syncthreads();  // before the next tile overwrites the staged keys
   }
+  if (two_tiles_c) mma::cp_async_wait_all();  // (only a planted early exit leaves copies in flight)
 
   if (L.LDA)  // the tile loop ended on a barrier: every warp's last additions are in
     for (int e = tid; e < HI * DI; e += kThreads) dq_row[e] = dq_acc[size_t(e / DI) * lda + e % DI];
@@ -706,9 +754,10 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
   L.DIp = round_up(a.DI, 16);
   L.LDI = L.DIp + 8;
   L.LDU = L.HIp + 8;
-  L.LDA = 0;
-  const auto kernel = !given ? indexer_loss_kernel<false, kMaxIP>
-                     : L.HIp <= 64 ? indexer_loss_kernel<true, 4> : indexer_loss_kernel<true, kMaxIP>;
+  const auto kernel = !given       ? indexer_loss_kernel<false, kMaxIP>
+                     : L.HIp <= 32 ? indexer_loss_kernel<true, 2>
+                     : L.HIp <= 64 ? indexer_loss_kernel<true, 4>
+                                   : indexer_loss_kernel<true, kMaxIP>;
   int dev = 0, optin = 0, per_sm = 0, reserved = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&dev));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -717,10 +766,16 @@ void indexer_loss(const LossArgs& a, cudaStream_t s) {
   cudaFuncAttributes fa{};
   DSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
   const size_t budget = size_t(optin) - fa.sharedSizeBytes;  // less the kernel's static shared memory
-  if (given) {  // the running dq_I in shared memory if two CTAs (static part and reserve included) still fit an SM
+  if (given) {  // the running dq_I in shared memory (and a second k_I tile) if two CTAs still fit an SM
+    auto two_fit = [&](const LossLayout& l) {  // static part and reserve included
+      return 2 * (l.bytes() + fa.sharedSizeBytes + size_t(reserved)) <= size_t(per_sm);
+    };
     LossLayout with = L;
     with.LDA = L.DIp + 8;
-    if (2 * (with.bytes() + fa.sharedSizeBytes + size_t(reserved)) <= size_t(per_sm)) L = with;
+    LossLayout piped = with;
+    piped.kI2 = 1;
+    if (two_fit(piped)) L = piped;
+    else if (two_fit(with)) L = with;
   }
   if (L.bytes() > budget)
     throw InvalidInput("H", "H·(C+R) = " + std::to_string(a.H) + "·" + std::to_string(a.C + a.R) +

@@ -31,6 +31,7 @@ struct LossCase {
   double zero_k_rows = 0;  // fraction of k_I rows set to 0: u = 0 exactly, where φ'(0) matters
   CpSpec cp{};  // cp > 1: each rank's local rows run separately; dk_I partials are summed
   bool target = false;  // sparse: T^ handed in (LossArgs::target, as the attention backward makes it)
+  bool scores = false;  // with target: I per slot handed in too (LossArgs::scores, as the indexer makes it)
 };
 
 Dims dims(int64_t H, int64_t C, int64_t R, int64_t HI, int64_t DI) {
@@ -123,6 +124,25 @@ void check_loss(const LossCase& c) {
         }
     }
     DeviceArray<float> dtarget(c.target ? target : std::vector<float>(1, kNaN), kNaN);
+    // I[i, j] = Σ_h w·φ(q_I·k_I) in fp64 over the bf16 operands; NaN off the support (never read).
+    std::vector<float> scores;
+    if (c.scores) {
+      scores.assign(size_t(Tq) * K, kNaN);
+      for (int i = 0; i < Tq; ++i)
+        for (int j = 0; j < K; ++j) {
+          const int64_t g = rows_g[i], t = idx.at(g, j);
+          if (t < 0 || t >= Tp || !L.visible(g, t)) continue;
+          double I = 0;
+          for (int64_t h = 0; h < d.HI; ++h) {
+            double u = 0;
+            for (int64_t e = 0; e < d.DI; ++e)
+              u += double(round_bf16(float(in.q_I.at(g, h, e)))) * double(round_bf16(float(in.k_I.at(t, e))));
+            I += double(round_bf16(float(in.w.at(g, h)))) * (c.relu ? std::max(u, 0.0) : u);
+          }
+          scores[size_t(i) * K + j] = float(I);
+        }
+    }
+    DeviceArray<float> dscores(c.scores ? scores : std::vector<float>(1, kNaN), kNaN);
     LossArgs a{};
     a.Qt = dQt.p, a.c = dc.p, a.k_pe = dkpe.p, a.lse = dlse.p, a.indices = didx.p;
     a.q_I = q_I.p, a.w = w.p, a.k_I = k_I.p, a.rows = rows.view();
@@ -133,6 +153,7 @@ void check_loss(const LossCase& c) {
     a.counted = dcounted.p;
     a.kl = kl.p, a.dq_I = dq_I.p, a.dk_I = dk_I.p, a.dw = dw.p;
     if (c.target) a.target = dtarget.p, a.Qt = nullptr, a.c = nullptr, a.k_pe = nullptr, a.lse = nullptr;  // unread
+    if (c.scores) a.scores = dscores.p;
     indexer_loss(a, nullptr);
     check_cuda(cudaDeviceSynchronize(), "indexer_loss");
     const auto kl_l = kl.download(), dq_l = dq_I.download(), dw_l = dw.download(), dk_l = dk_I.download();
@@ -199,6 +220,26 @@ TEST(FusedIndexerLoss, SparseWithTheAttentionsTarget) {
   check_loss(given({{400}, dims(8, 32, 8, 64, 128), 333, LossMode::sparse, true, PadRows::attend, true, 17, 0.2}));
   check_loss(given({{300, 260}, dims(16, 64, 16, 96, 64), 300, LossMode::sparse, false, PadRows::masked, true, 18}));
   check_loss(given({{150, 120}, dims(8, 32, 8, 128, 256), 200, LossMode::sparse, true, PadRows::attend, true, 19}));
+  // GLM-5's indexer width: a second k_I tile of its own (LossLayout::kI2), both passes pipelined.
+  check_loss(given({{400}, dims(16, 64, 16, 32, 128), 300, LossMode::sparse, true, PadRows::attend, true, 20, 0.2}));
+}
+
+// T^ and the indexer's I per slot handed in, as fused/run.cpp does when the attention runs on the
+// indexer's own top-k: no pass over the keys before the gradient pass (the scores of slots off
+// the support are NaN: never read). With and without the second k_I tile, CP ranks included.
+TEST(FusedIndexerLoss, SparseWithTheIndexersScores) {
+  DSA_SKIP_WITHOUT_GPU();
+  auto given = [](LossCase c) {
+    c.target = c.scores = true;
+    return c;
+  };
+  check_loss(given({{5, 11, 0, 1, 7}, dims(3, 40, 8, 3, 20), 5, LossMode::sparse, true, PadRows::attend, false, 21, 0.3}));
+  check_loss(given({{400}, dims(16, 64, 16, 32, 128), 300, LossMode::sparse, true, PadRows::attend, true, 22, 0.2}));
+  check_loss(given({{300, 260}, dims(16, 64, 16, 96, 64), 300, LossMode::sparse, false, PadRows::masked, true, 23}));
+  check_loss(given({{180, 140}, dims(128, 512, 64, 64, 128), 64, LossMode::sparse, true, PadRows::masked, true, 24}));
+  LossCase cp{{90, 41}, dims(8, 64, 16, 8, 32), 24, LossMode::sparse, true, PadRows::attend, true, 25};
+  cp.cp = CpSpec{4, Layout::zigzag, 8};
+  check_loss(given(cp));
 }
 
 TEST(FusedIndexerLoss, ProductionLike) {

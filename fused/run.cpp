@@ -325,9 +325,15 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   for (auto* b : {&scores, &lse, &kl, &dq_I, &dk_I, &dw, &dW_UK, &dW_UV, &loss}) b->poison(st);
   for (auto* b : {&O_lat, &O, &dQt, &dq_nope, &dq_pe}) b->poison(st);
 
+  // The sparse loss reads T^ from the attention backward and, when the attention runs on the
+  // indexer's own top-k, the indexer's score of each selected key (carried into S(g)'s order).
+  const bool sparse_loss = p.loss == LossMode::sparse && Ka > 0 && H <= 128;  // past 128 the loss refuses H
+  const bool loss_scores = sparse_loss && !S.opt.attention_indices;
+  DBuf<float> topk_scores(loss_scores ? Tq * Kp : 0, st), sel_scores(loss_scores ? Tq * Ka : 0, st);
+
   // ---- indexer + top-k (k1's kernels) ----
   IndexerArgs ia{B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)HI, (int)DI, (int)Kp, p.relu, topk.get(),
-                 S.scores ? scores.get() : nullptr};
+                 S.scores ? scores.get() : nullptr, loss_scores ? topk_scores.get() : nullptr};
   indexer_topk(ia, st);
 
   // ---- the attention's indices and S(g) ----
@@ -341,7 +347,9 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     att_idx = injected.get();
   }
   DBuf<int32_t> sel(Tq * Ka, st), count(Tq, st);
-  select_keys(SelectArgs{att_idx, ranges, (int)Tq, (int)Tp, (int)Ka, sel.get(), count.get()}, st);
+  select_keys(SelectArgs{att_idx, ranges, (int)Tq, (int)Tp, (int)Ka, sel.get(), count.get(),
+                         loss_scores ? topk_scores.get() : nullptr, loss_scores ? sel_scores.get() : nullptr},
+              st);
 
   // ---- forward ----
   const ProjDims pd{(int)Tq, (int)H, (int)Dn, (int)R, (int)C, (int)Dv};
@@ -353,7 +361,6 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   output_projection(blas, pd, B(O_lat), W_UV, B(O), st);
 
   // ---- backward (with the sparse loss's target T^ = Σ_h P per slot, which the loss then reads) ----
-  const bool sparse_loss = p.loss == LossMode::sparse && Ka > 0 && H <= 128;  // past 128 the loss refuses H
   DBuf<float> target(sparse_loss ? Tq * Ka : 0, st);
   if (sparse_loss) target.zero(st);
   grad_o_lat(blas, pd, B(dO), W_UV, B(dO_lat), st);
@@ -370,7 +377,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     LossArgs la{B(Qt), c_p, kpe_p, lse.get(), sel.get(), B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)H,
                 (int)C, (int)R, (int)HI, (int)DI, (int)Ka, scale, p.relu, p.loss == LossMode::dense,
                 static_cast<float>(p.coeff / N), counted.get(), kl.get(), dq_I.get(), dk_I.get(), dw.get(),
-                sparse_loss ? target.get() : nullptr};
+                sparse_loss ? target.get() : nullptr, loss_scores ? sel_scores.get() : nullptr};
     indexer_loss(la, st);
   } else {
     for (auto* b : {&kl, &dq_I, &dk_I, &dw}) b->zero(st);

@@ -132,18 +132,24 @@ struct Workload {
   // with_target: the backward also emits the loss's target T^ (AttnBwdArgs::target, fused/run.cpp's order).
   void backward(bool with_target = false) {
     check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
-    if (with_target) check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
+    if (with_target) {
+      check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
+      target_filled_ = true;
+    }
     fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
                                                  R, K, scale(), dQt.p, dK.p, with_target ? target().p : nullptr},
                               st);
   }
-  // The loss on its own (T^ from its own logits), or reading the T^ the backward left (given).
+  // The loss on its own (T^ from its own logits), or as the pipeline runs it (given): reading the
+  // T^ the backward left and the indexer's score of each selected key (fused/run.cpp's order; the
+  // pattern's keys are not the indexer's own top-k, so indexer_scores_at stands in for it, once).
   void loss(bool given = false) {
     fused::LossArgs a{Qt.p, c.p, kpe.p, lse.p, sel.p, q_I.p, w.p, k_I.p, ranges(), S, S, H, C, R, HI,
                       DI, K, scale(), true, false, 1.f / S, counted.p, kl.p, dq_I.p, dk_I.p, dw.p};
     if (given) {
-      if (!target_) backward(true);  // T^ must hold the backward's values
+      if (!target_filled_) backward(true);  // T^ must hold the backward's values
       a.target = target().p;
+      a.scores = sel_scores().p;
     }
     fused::indexer_loss(a, st);
   }
@@ -153,6 +159,16 @@ struct Workload {
     return *target_;
   }
   std::unique_ptr<Buf<float>> target_;
+  bool target_filled_ = false;  // a backward has written T^ (run_kernel allocates it up front)
+  // [S, K] fp32: I of each slot of sel, made on first use.
+  Buf<float>& sel_scores() {
+    if (!sel_scores_) {
+      sel_scores_ = std::make_unique<Buf<float>>((size_t)S * K);
+      fused::indexer_scores_at(fused::SlotScoresArgs{q_I.p, w.p, k_I.p, sel.p, S, S, HI, DI, K, true, sel_scores_->p}, st);
+    }
+    return *sel_scores_;
+  }
+  std::unique_ptr<Buf<float>> sel_scores_;
 };
 
 // One workload alive at a time (the previous one is freed before the next is made).
@@ -173,7 +189,7 @@ double flops_per_pair(const std::string& kernel, const Dims& d) {
   if (kernel == "indexer") return 2 * I;                        // u = q_I·k_I for every head
   if (kernel == "forward" || kernel == "forward_mma") return 2 * H * (D + C);  // QKᵀ + PV
   if (kernel == "backward") return 2 * H * (D + C + D + D + C); // QKᵀ, dP, dQ~, dK~, dV~
-  if (kernel == "loss_given_target") return 3 * 2 * I;          // u, dq_I, dk_I (T^ came with the backward)
+  if (kernel == "loss_given_target") return 3 * 2 * I;          // u, dq_I, dk_I (T^, I came with the backward, indexer)
   return 2 * H * D + 3 * 2 * I;                                 // loss: logits; u, dq_I, dk_I
 }
 
@@ -215,9 +231,10 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   if (kernel == "backward_target" || kernel == "loss_given_target") {
     try {
       w.target();  // 1 GiB more at S = 131072: on a card that the shape filled already, say so and go on
+      if (kernel == "loss_given_target") w.sel_scores();  // and 1 GiB more
     } catch (const std::exception& e) {
       (void)cudaGetLastError();  // the failed cudaMalloc must not surface at the next launch check
-      state.SkipWithError((std::string("T^ buffer: ") + e.what()).c_str());
+      state.SkipWithError((std::string("T^ or I buffer: ") + e.what()).c_str());
       return;
     }
   }

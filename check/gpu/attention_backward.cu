@@ -2,6 +2,7 @@
 // per-head products and key-side accumulation, and the absorbed path's split of dK~ into dc, dk_pe.
 #include "check/gpu/device_common.cuh"
 #include "check/gpu/kernels.hpp"
+#include "core/bands.hpp"
 
 namespace dsa::gpu {
 namespace {
@@ -56,7 +57,7 @@ __global__ void delta_slack_k(RowKeys k, const R* P, const R* dP, int64_t H, con
     on += o * o;
   }
   pd = block_sum(pd), od = block_sum(od), on = block_sum(on);
-  const R shift = abs(s) * R(0x1p-9) * (od + pd);
+  const R shift = abs(s) * delta_band(od, pd);
   R pe = 0;
   for (int64_t r = threadIdx.x; r < Rr; r += blockDim.x) {
     R acc = 0;
