@@ -221,6 +221,8 @@ CaseVerdict judge(const PreparedCase& c, const Result& f, Oracle& oracle) {
                            : n == "dk_I" ? kFloorRel * grads.dk_I + (exact.kink ? exact.kink->dk_I : 0)
                            : n == "dq_nope" ? (exact.delta ? exact.delta->dq_nope : 0)
                            : n == "dq_pe"   ? (exact.delta ? exact.delta->dq_pe : 0)
+                           : n == "dc"      ? (exact.delta ? exact.delta->dc : 0)
+                           : n == "dk_pe"   ? (exact.delta ? exact.delta->dk_pe : 0)
                                             : 0;
       const TensorD& x = *float_result(exact, n);
       std::optional<TensorCheck> held;

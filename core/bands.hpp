@@ -22,4 +22,13 @@ DSA_HD inline R delta_band(R abs_dO_O, R abs_P_dP) {
   return R(0x1p-9) * (abs_dO_O + abs_P_dP);
 }
 
+// How far a kernel's dP − Δ may sit from the exact one from fp32 summation alone: dP and Δ are
+// width-term dot products that it may sum in different orders (4·width·2⁻²⁴ of the absolute terms,
+// as kink_band). Where P is one-hot the exact dS = P·(dP − Δ) is 0 and so is lowp's (the oracles
+// form both from one sum there), while a kernel's keeps that noise.
+template <class R>
+DSA_HD inline R delta_noise_band(int64_t width, R abs_dO_O, R abs_P_dP) {
+  return R(4) * R(width) * R(0x1p-24) * (abs_dO_O + abs_P_dP);
+}
+
 }  // namespace dsa

@@ -29,8 +29,18 @@ struct KinkSlack {
 // 105 case 1811, dq_nope 3.46× with the whole excess in Δ (the forward rounds the running, not the
 // normalized, P). Per tensor: the largest such shift of one element (dq_nope through W_UK by
 // Cauchy–Schwarz). Only the exact oracles fill it; the comparison adds it to the tensor's floor.
+// The key rows take such shifts through dK~ = s·dSᵀ·Q~, summed over the (row, head) pairs that
+// selected them: key t moves by up to Σ P·|s|·noise·|Q~| (Q~'s first C columns for dc, the rest for
+// dk_pe; explicit dc through W_UK's column norms by Cauchy–Schwarz), with noise = delta_noise_band,
+// the fp32 summation of dP and Δ, not the bf16 band: the bf16 band summed over a key's rows let
+// mutant no_key_grad_reduce_scatter through in 5 more of 143 nightly cases (CPU oracle, seed 11;
+// with the fp32 band 92 of 143 are caught, as with no key-side slack at all).
+// Seen on the H100: nightly seed 109 case 2000, dk_pe 3.5× lowp's error on a key whose exact
+// gradient vanishes (one-hot rows): a 2.0e-4 error, lowp's largest 7.5e-5, and a key-side slack
+// of 0.22 there (the bf16 band's would have been 27.8).
 struct DeltaSlack {
   double dq_nope = 0, dq_pe = 0;
+  double dc = 0, dk_pe = 0;
 };
 
 struct Result {

@@ -143,7 +143,7 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
       delta(h) = dOh.dot(O_.row(i).segment(h * d_.Dv, d_.Dv));
     }
   }
-  if constexpr (!P::rounds) delta_terms(i, keys, K, Pf, dl, absorbed ? dO_lat_row : nullptr, w.delta);
+  if constexpr (!P::rounds) delta_terms(i, keys, K, Pf, dl, absorbed ? dO_lat_row : nullptr, w);
   if (opt_.mutant == Mutant::dlogit_missing_delta) delta.setZero();
   dl = (Pf.array() * (dl.colwise() - delta).array()).matrix().unaryExpr([](R x) { return P::bf(x); });
 
@@ -184,11 +184,14 @@ void Rank<P>::backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& d
 
 // Row i's terms of the Δ slack (core/result.hpp DeltaSlack): per head, the band of Δ from O_lat's
 // (explicit: O's) output rounding and P's rounding before P·V, times the row's shift vector
-// Σ_j P_j·K~_j, whose first C columns are O_lat itself (through W_UK by Cauchy–Schwarz).
+// Σ_j P_j·K~_j, whose first C columns are O_lat itself (through W_UK by Cauchy–Schwarz); and, for
+// each of the row's keys, P_j times the fp32 noise band of dP − Δ times the largest |Q~| of the key
+// gradient's part.
 template <class P>
 void Rank<P>::delta_terms(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& K,
                           const Eigen::Ref<const Mat<R>>& Pf, const Eigen::Ref<const Mat<R>>& dP,
-                          const R* dO_lat_row, DeltaSlack& slack) const {
+                          const R* dO_lat_row, BackwardScratch& w) const {
+  DeltaSlack& slack = w.delta;
   const int64_t H = d_.H, C = d_.C, Dn = d_.Dn, Rr = d_.R, Dv = d_.Dv;
   const Mat<R> pe = Pf * K.rightCols(Rr);  // [H, R]: Σ_j P_j·k_pe_j
   for (int64_t h = 0; h < H; ++h) {
@@ -210,6 +213,24 @@ void Rank<P>::delta_terms(int64_t i, const std::vector<int64_t>& keys, const Eig
     const double shift = std::abs(static_cast<double>(s_)) * delta_band(abs_dO_O, abs_P_dP);
     slack.dq_nope = std::max(slack.dq_nope, shift * nope);
     slack.dq_pe = std::max(slack.dq_pe, shift * static_cast<double>(pe.row(h).cwiseAbs().maxCoeff()));
+    // Key side: dK~[t] += s·dS·Q~[g, h] with dS off by the fp32 noise of dP − Δ; |Q~[:C]| explicit
+    // through W_UK (q_nope·W_UK[h]).
+    const double noise = std::abs(static_cast<double>(s_)) *
+                         delta_noise_band(dO_lat_row ? C : Dv, abs_dO_O, abs_P_dP);
+    double q_nope_max = 0, q_pe_max = 0;
+    if (dO_lat_row) {
+      Eigen::Map<const Vec<R>> Qh(Qt_.row(i).data() + h * CR_, CR_);
+      q_nope_max = static_cast<double>(Qh.head(C).cwiseAbs().maxCoeff());
+      q_pe_max = static_cast<double>(Qh.tail(Rr).cwiseAbs().maxCoeff());
+    } else {
+      q_nope_max = static_cast<double>(q_nope_.row(i).segment(h * Dn, Dn).norm()) * W_UK_col_norm_[h];
+      q_pe_max = static_cast<double>(q_pe_.row(i).segment(h * Rr, Rr).cwiseAbs().maxCoeff());
+    }
+    for (size_t j = 0; j < keys.size(); ++j) {
+      const double pj = static_cast<double>(Pf(h, static_cast<int64_t>(j))) * noise;
+      w.key_nope[keys[j]] += pj * q_nope_max;
+      w.key_pe[keys[j]] += pj * q_pe_max;
+    }
   }
 }
 
@@ -236,10 +257,16 @@ void Rank<P>::attention_backward(RankOutput& out) {
   const int nthreads = parallel_ ? omp_get_max_threads() : 1;
   std::vector<Held<R>> dK(nthreads), dV(nthreads);
   std::vector<DeltaSlack> delta(nthreads);
+  std::vector<std::vector<double>> key_nope(nthreads), key_pe(nthreads);  // summed in thread order
   if (!P::rounds && absorbed) {
     W_UK_row_norm_.assign(H, 0.0);
     for (int64_t r = 0; r < H * Dn; ++r)
       W_UK_row_norm_[r / Dn] = std::max(W_UK_row_norm_[r / Dn], static_cast<double>(W_UK_.row(r).norm()));
+  }
+  if (!P::rounds && !absorbed) {
+    W_UK_col_norm_.assign(H, 0.0);
+    for (int64_t h = 0; h < H; ++h)
+      W_UK_col_norm_[h] = static_cast<double>(W_UK_.middleRows(h * Dn, Dn).colwise().norm().maxCoeff());
   }
 
   std::optional<TraceSpan> span(std::in_place, "reference: backward rows");
@@ -250,7 +277,7 @@ void Rank<P>::attention_backward(RankOutput& out) {
     dV[tid].resize(Tp_, vcols);
     dK[tid].setZero();
     dV[tid].setZero();
-    BackwardScratch w(max_keys_, H, CR_, C, absorbed);
+    BackwardScratch w(max_keys_, H, CR_, C, absorbed, P::rounds ? 0 : Tp_);
     Mat<R> dq_nope_h(block, Dn);
     for (int64_t b0 = 0; b0 < Tq_; b0 += block) {
       const int64_t nb = std::min(block, Tq_ - b0);
@@ -285,13 +312,23 @@ void Rank<P>::attention_backward(RankOutput& out) {
       }
     }
     delta[tid] = w.delta;
+    key_nope[tid] = std::move(w.key_nope);
+    key_pe[tid] = std::move(w.key_pe);
   }
   if (!P::rounds) {
-    // The Δ slack: the largest over threads, then over ranks.
+    // The Δ slack: the largest over threads, then over ranks; the key side's sums over threads and
+    // ranks (every rank's rows may select a key), then the largest over keys.
     std::vector<double> mine(2, 0.0);
     for (const DeltaSlack& d : delta) mine = {std::max(mine[0], d.dq_nope), std::max(mine[1], d.dq_pe)};
     const std::vector<double> all = all_max(mine);
-    out.delta = DeltaSlack{all[0], all[1]};
+    std::vector<double> keys(2 * Tp_, 0.0);
+    for (int t = 0; t < nthreads; ++t)
+      for (int64_t k = 0; k < static_cast<int64_t>(key_nope[t].size()); ++k)
+        keys[k] += key_nope[t][k], keys[Tp_ + k] += key_pe[t][k];
+    all_reduce(keys.data(), 2 * Tp_);
+    double dc = 0, dk_pe = 0;
+    for (int64_t k = 0; k < Tp_; ++k) dc = std::max(dc, keys[k]), dk_pe = std::max(dk_pe, keys[Tp_ + k]);
+    out.delta = DeltaSlack{all[0], all[1], dc, dk_pe};
   }
   span.emplace("reference: backward key-side sums");
   for (int t = 1; t < nthreads; ++t) {

@@ -132,6 +132,11 @@ TEST(Sharded, DeltaSlackEqualsGlobal) {
       EXPECT_GT(global.delta->dq_pe, 0);
       EXPECT_NEAR(sharded.delta->dq_nope, global.delta->dq_nope, 1e-12 * global.delta->dq_nope) << name(l);
       EXPECT_NEAR(sharded.delta->dq_pe, global.delta->dq_pe, 1e-12 * global.delta->dq_pe) << name(l);
+      // The key side sums over the ranks' rows: each key's sum, then the largest.
+      EXPECT_GT(global.delta->dc, 0);
+      EXPECT_GT(global.delta->dk_pe, 0);
+      EXPECT_NEAR(sharded.delta->dc, global.delta->dc, 1e-12 * global.delta->dc) << name(l);
+      EXPECT_NEAR(sharded.delta->dk_pe, global.delta->dk_pe, 1e-12 * global.delta->dk_pe) << name(l);
     }
 }
 

@@ -345,16 +345,19 @@ class Rank {
   struct BackwardScratch {                       // one thread's operands of backward_row
     Buffer<R> K, Pf, Pb, dl, dKrows, dVrows;
     DeltaSlack delta;  // the exact run's: the largest over this thread's rows (core/result.hpp)
-    BackwardScratch(int64_t keys, int64_t H, int64_t CR, int64_t C, bool absorbed)
+    // The exact run's key-side Δ slack sums over this thread's rows, per key [Tp]: dc's, dk_pe's.
+    std::vector<double> key_nope, key_pe;
+    BackwardScratch(int64_t keys, int64_t H, int64_t CR, int64_t C, bool absorbed, int64_t slack_keys)
         : K(keys * CR), Pf(H * keys), Pb(H * keys), dl(H * keys), dKrows(absorbed ? keys * CR : 0),
-          dVrows(absorbed ? keys * C : 0) {}
+          dVrows(absorbed ? keys * C : 0), key_nope(slack_keys, 0.0), key_pe(slack_keys, 0.0) {}
   };
   void backward_row(int64_t i, const R* dO_lat_row, R* dQ_row, Held<R>& dK, Held<R>& dV, BackwardScratch& w) const;
   // Row i's terms of the Δ slack (exact runs): dP in dl (not yet dlogit), P in Pf, the gathered K~.
   void delta_terms(int64_t i, const std::vector<int64_t>& keys, const Eigen::Ref<const Mat<R>>& K,
                    const Eigen::Ref<const Mat<R>>& Pf, const Eigen::Ref<const Mat<R>>& dP, const R* dO_lat_row,
-                   DeltaSlack& slack) const;
+                   BackwardScratch& w) const;
   std::vector<double> W_UK_row_norm_;  // max over d of ‖W_UK[h, d, :]‖, per head (absorbed, exact runs)
+  std::vector<double> W_UK_col_norm_;  // max over c of ‖W_UK[h, :, c]‖, per head (explicit, exact runs)
 
   // ---- indexer loss (SPEC.md §7): loss.hpp --------------------------------------------------
 

@@ -46,7 +46,7 @@ __global__ void dlogit_rows_k(const R* P, R* dP_dl, const int32_t* count, int64_
 template <class R>
 __global__ void delta_slack_k(RowKeys k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
                               const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn,
-                              R s, R* slack_nope, R* slack_pe) {
+                              R s, R* slack_nope, R* slack_pe, KeySlack<R> ks) {
   const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, n = k.count[b], kmax = k.kmax, CR = C + Rr;
   const R* p = P + bh * kmax;
   R pd = 0, od = 0, on = 0;
@@ -77,6 +77,38 @@ __global__ void delta_slack_k(RowKeys k, const R* P, const R* dP, int64_t H, con
     nope = block_max(nope);
   }
   if (threadIdx.x == 0) slack_nope[bh] = shift * nope, slack_pe[bh] = shift * pe;
+  // Key side: dK~[key] += s·dS·Q~[b, h] with dS off by the fp32 noise of dP − Δ (explicit: Q~[:C] =
+  // q_nope·W_UK[h], Cauchy–Schwarz).
+  const R noise = abs(s) * delta_noise_band(width, od, pd);
+  R qn = 0, qp = 0;
+  if (ks.Qt) {
+    const R* q = ks.Qt + bh * CR;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) qn = max(qn, abs(q[c]));
+    for (int64_t r = threadIdx.x; r < Rr; r += blockDim.x) qp = max(qp, abs(q[C + r]));
+    qn = block_max(qn);
+  } else {
+    for (int64_t e = threadIdx.x; e < Dn; e += blockDim.x) qn += ks.q_nope[bh * Dn + e] * ks.q_nope[bh * Dn + e];
+    for (int64_t r = threadIdx.x; r < Rr; r += blockDim.x) qp = max(qp, abs(ks.q_pe[bh * Rr + r]));
+    qn = sqrt(block_sum(qn)) * ks.W_col[h];
+  }
+  qp = block_max(qp);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const int64_t t = k.key(b, j);
+    atomicAdd(ks.key_nope + t, p[j] * noise * qn);
+    atomicAdd(ks.key_pe + t, p[j] * noise * qp);
+  }
+}
+
+// Block per head: max over c of ‖W[h, :, c]‖ (rows × len per head).
+template <class R> __global__ void col_norm_max_k(const R* W, int64_t rows, int64_t len, R* out) {
+  R m = 0;
+  for (int64_t c = threadIdx.x; c < len; c += blockDim.x) {
+    R ss = 0;
+    for (int64_t d = 0; d < rows; ++d) ss += W[(blockIdx.x * rows + d) * len + c] * W[(blockIdx.x * rows + d) * len + c];
+    m = max(m, sqrt(ss));
+  }
+  m = block_max(m);
+  if (threadIdx.x == 0) out[blockIdx.x] = m;
 }
 
 // Block per head: max over d of ‖W[h, d, :]‖ (rows of len).
@@ -176,10 +208,15 @@ void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, int64_t B, int64_t 
 template <class R>
 void delta_slack(const RowKeys& k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
                  const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn, R s,
-                 R* slack_nope, R* slack_pe) {
+                 R* slack_nope, R* slack_pe, const KeySlack<R>& ks) {
   if (k.B * H <= 0) return;
   delta_slack_k<<<static_cast<unsigned>(k.B * H), kBlock>>>(k, P, dP, H, Kg, C, Rr, dOx, Ox, width, W_norm, k_nope, Dn,
-                                                            s, slack_nope, slack_pe);
+                                                            s, slack_nope, slack_pe, ks);
+  DSA_GPU_LAUNCHED();
+}
+template <class R> void col_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out) {
+  if (heads <= 0) return;
+  col_norm_max_k<<<static_cast<unsigned>(heads), kBlock>>>(W, rows, len, out);
   DSA_GPU_LAUNCHED();
 }
 template <class R> void row_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out) {
@@ -218,8 +255,9 @@ void absorbed_key_grads(const R* dKt, int64_t Tp, int64_t C, int64_t Rr, R* dc, 
   template void row_dots<R>(const R*, const R*, int64_t, int64_t, R*);                                              \
   template void dlogit_rows<R>(const R*, R*, const int32_t*, int64_t, int64_t, int64_t, bool, R*);                \
   template void delta_slack<R>(const RowKeys&, const R*, const R*, int64_t, const R*, int64_t, int64_t, const R*,     \
-                               const R*, int64_t, const R*, const R*, int64_t, R, R*, R*);                          \
+                               const R*, int64_t, const R*, const R*, int64_t, R, R*, R*, const KeySlack<R>&);      \
   template void row_norm_max<R>(const R*, int64_t, int64_t, int64_t, R*);                                           \
+  template void col_norm_max<R>(const R*, int64_t, int64_t, int64_t, R*);                                           \
   template void explicit_dP<R>(const RowKeys&, const R*, const R*, int64_t, int64_t, R*);                           \
   template void explicit_dq<R>(const RowKeys&, const R*, const R*, const R*, int64_t, int64_t, int64_t, R, R*, R*); \
   template void explicit_dkv<R>(const RowKeys&, const R*, const R*, const R*, const R*, const R*, int64_t, int64_t, \

@@ -405,11 +405,15 @@ class Oracle {
     DeviceArray<R> Kg(ms * CR_), P(ms * H), Pb(ms * H), dl(ms * H), rowsK(absorbed ? ms * CR_ : 0), T(target ? ms : 0);
     // The exact run's Δ slack (core/result.hpp DeltaSlack): per (row, head), the largest at the end.
     const bool slack = !kLowp;
-    DeviceArray<R> slack_nope(slack ? Tp_ * H : 0), slack_pe(slack ? Tp_ * H : 0), W_norm(slack && absorbed ? H : 0);
+    DeviceArray<R> slack_nope(slack ? Tp_ * H : 0), slack_pe(slack ? Tp_ * H : 0), W_norm(slack ? H : 0);
+    DeviceArray<R> key_nope(slack ? Tp_ : 0), key_pe(slack ? Tp_ : 0);  // the key side's sums per key
     if (slack) {
       fill<R>(slack_nope.get(), Tp_ * H, R(0));  // rows no chunk visits keep 0
       fill<R>(slack_pe.get(), Tp_ * H, R(0));
+      fill<R>(key_nope.get(), Tp_, R(0));
+      fill<R>(key_pe.get(), Tp_, R(0));
       if (absorbed) row_norm_max<R>(W_UK_.get(), H, Dn, C, W_norm.get());
+      else col_norm_max<R>(W_UK_.get(), H, Dn, C, W_norm.get());  // explicit: the key side's bound
     }
     for (const Chunk& c : chunks) {
       const RowKeys k = sparse_keys(c);
@@ -447,10 +451,14 @@ class Oracle {
         explicit_dP<R>(k, dO, v_.get(), H, Dv, dl.get());
         if (kLowp) row_dots<R>(dO, O, B * H, Dv, delta.get());
       }
-      if (slack)
+      if (slack) {
+        const KeySlack<R> ks{absorbed ? Qt.get() : nullptr, absorbed ? nullptr : q_nope_.get() + c.r0 * H * Dn,
+                             absorbed ? nullptr : q_pe_.get() + c.r0 * H * Rr, W_norm.get(), key_nope.get(),
+                             key_pe.get()};
         delta_slack<R>(k, P.get(), dl.get(), H, Kg.get(), C, Rr, absorbed ? dOl.get() : dO, absorbed ? O_lat : O,
                        absorbed ? C : Dv, absorbed ? W_norm.get() : nullptr, k_nope_.get(), Dn, s_,
-                       slack_nope.get() + c.r0 * H, slack_pe.get() + c.r0 * H);
+                       slack_nope.get() + c.r0 * H, slack_pe.get() + c.r0 * H, ks);
+      }
       // Exact: Δ = Σ P·dP; bf16 policy: the SPEC's dO_lat·O_lat, except on one-hot rows (kernels.hpp).
       dlogit_rows<R>(P.get(), dl.get(), k.count, B, H, k.kmax, kLowp, delta.get());  // dP → dlogit in place
       if (absorbed) {
@@ -478,7 +486,7 @@ class Oracle {
       }
     }
     if (slack) {
-      res.delta = DeltaSlack{largest(slack_nope), largest(slack_pe)};
+      res.delta = DeltaSlack{largest(slack_nope), largest(slack_pe), largest(key_nope), largest(key_pe)};
     }
     if (absorbed) {
       // O[g, h] = W_UV[h]·O_lat[g, h], every row at once.

@@ -337,6 +337,10 @@ TEST(GpuOracle, DeltaSlackMatchesCpuReference) {
     EXPECT_GT(cpu.delta->dq_pe, 0);
     EXPECT_NEAR(gpu.delta->dq_nope, cpu.delta->dq_nope, 1e-12 * cpu.delta->dq_nope);
     EXPECT_NEAR(gpu.delta->dq_pe, cpu.delta->dq_pe, 1e-12 * cpu.delta->dq_pe);
+    EXPECT_GT(cpu.delta->dc, 0);
+    EXPECT_GT(cpu.delta->dk_pe, 0);
+    EXPECT_NEAR(gpu.delta->dc, cpu.delta->dc, 1e-12 * cpu.delta->dc);
+    EXPECT_NEAR(gpu.delta->dk_pe, cpu.delta->dk_pe, 1e-12 * cpu.delta->dk_pe);
     GpuOracleOptions bf;
     bf.precision = Precision::bf16;
     EXPECT_FALSE(gpu_oracle_run(p, L, in, bf).delta.has_value());

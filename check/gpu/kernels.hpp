@@ -97,12 +97,27 @@ template <class R> void dlogit_rows(const R* P, R* dP_dl, const int32_t* count, 
 // The exact run's Δ slack terms per (b, h) (core/result.hpp DeltaSlack), with dP still in dP:
 // slack_nope[b·H + h], slack_pe[b·H + h]. dOx, Ox: dO_lat, O_lat (width C; W_norm = row_norm_max
 // of W_UK) or, on the explicit path, dO, O (width Dv; W_norm null, k_nope [Tp, H, Dn] instead).
+// The key side (ks): for each of the row's keys, ks.key_nope[key] += P·noise·max|Q~[:C]| and
+// ks.key_pe[key] += P·noise·max|Q~[C:]| (atomic; [Tp], zeroed by the caller), from the chunk's Q~
+// [B, H, C+R] (absorbed) or its q_nope [B, H, Dn] through W_col[h] = col_norm_max of W_UK and its
+// q_pe [B, H, Rr] (explicit).
+template <class R>
+struct KeySlack {
+  const R* Qt;
+  const R* q_nope;
+  const R* q_pe;
+  const R* W_col;
+  R* key_nope;
+  R* key_pe;
+};
 template <class R>
 void delta_slack(const RowKeys& k, const R* P, const R* dP, int64_t H, const R* Kg, int64_t C, int64_t Rr,
                  const R* dOx, const R* Ox, int64_t width, const R* W_norm, const R* k_nope, int64_t Dn, R s,
-                 R* slack_nope, R* slack_pe);
+                 R* slack_nope, R* slack_pe, const KeySlack<R>& ks);
 // out[h] = max over d < rows of ‖W[h, d, :len]‖.
 template <class R> void row_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out);
+// out[h] = max over c < len of ‖W[h, :rows, c]‖.
+template <class R> void col_norm_max(const R* W, int64_t heads, int64_t rows, int64_t len, R* out);
 // Explicit path: dP[b, h, j] = dO[b, h]·v[key, h].
 template <class R> void explicit_dP(const RowKeys& k, const R* dO, const R* v, int64_t H, int64_t Dv, R* dP);
 // Explicit path: dq_nope[b, h, :] = bf(s Σ_j dl·k_nope[key, h]), dq_pe[b, h, :] = bf(s Σ_j dl·k_pe[key]).
