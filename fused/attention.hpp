@@ -71,6 +71,11 @@ struct AttnBwdArgs {
   // T^ is bitwise deterministic although it is summed with atomics.
   float* target = nullptr;
 };
-void attention_backward(const AttnBwdArgs& a, cudaStream_t s);
+// Which kernel runs it, as for the forward: `best` takes the Hopper wgmma kernel where it fits
+// (sm_90, C = 512, C + R ≤ 576, R % 8 == 0) and the mma.sync kernel (any shape) otherwise.
+enum class BwdKernel { best, mma, wgmma };
+void attention_backward(const AttnBwdArgs& a, cudaStream_t s, BwdKernel kernel = BwdKernel::best);
+// The kernel `best` picks for a.
+BwdKernel attention_backward_kernel_for(const AttnBwdArgs& a);
 
 }  // namespace dsa::fused

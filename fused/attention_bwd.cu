@@ -1,4 +1,6 @@
-// Sparse MLA attention backward (SPEC.md §6) on tensor cores, P recomputed from the forward's lse.
+// Sparse MLA attention backward (SPEC.md §6) on tensor cores, P recomputed from the forward's lse:
+// the mma.sync kernel (any shape, sm_80+) and the dispatch between it and the Hopper wgmma kernel
+// (attention_bwd_sm90.cu) for production shapes.
 //
 // Same decomposition as the forward: one CTA = one query row × 64 heads, walking the row's
 // selected keys in tiles of 32. Per tile, warp (m, h) recomputes S and dP = dO_lat·Ṽᵀ for heads
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "fused/attention.hpp"
+#include "fused/attention_bwd_sm90.hpp"
 #include "fused/mma.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
@@ -297,8 +300,9 @@ void attention_delta(const bf16* dO_lat, const bf16* O_lat, float* delta, int64_
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
-void attention_backward(const AttnBwdArgs& a, cudaStream_t s) {
-  if (a.Tq <= 0 || a.H <= 0) return;
+namespace {
+
+void attention_backward_mma(const AttnBwdArgs& a, cudaStream_t s) {
   int dev = 0, max_smem = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&dev));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -310,12 +314,32 @@ void attention_backward(const AttnBwdArgs& a, cudaStream_t s) {
                              " bytes of shared memory, more than the device's " + std::to_string(max_smem));
   DSA_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)L.bytes));
-  if (a.target && a.H > 2 * HB)  // a third head group would make the atomic sum order-dependent
-    throw std::invalid_argument("attention_backward: the loss target T^ needs H <= " + std::to_string(2 * HB) +
-                                " (H = " + std::to_string(a.H) + ")");
   dim3 grid(a.Tq, (a.H + HB - 1) / HB, (a.C + a.R + QB - 1) / QB);
   attention_backward_kernel<<<grid, NTHREADS, L.bytes, s>>>(a, single);
   DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+BwdKernel attention_backward_kernel_for(const AttnBwdArgs& a) {
+  return attention_backward_sm90_fits(a) ? BwdKernel::wgmma : BwdKernel::mma;
+}
+
+void attention_backward(const AttnBwdArgs& a, cudaStream_t s, BwdKernel kernel) {
+  if (a.Tq <= 0 || a.H <= 0) return;
+  if (a.target && a.H > 2 * HB)  // a third head group would make the atomic sum order-dependent
+    throw std::invalid_argument("attention_backward: the loss target T^ needs H <= " + std::to_string(2 * HB) +
+                                " (H = " + std::to_string(a.H) + ")");
+  if (kernel == BwdKernel::mma) return attention_backward_mma(a, s);
+  const bool fits = attention_backward_sm90_fits(a);  // asked once: it queries the driver
+  if (kernel == BwdKernel::wgmma && !fits)
+    throw std::invalid_argument("attention_backward: the wgmma kernel needs an sm_90 device, sm_90a code, C = 512 and "
+                                "C + R ≤ 576 with R a multiple of 8 (got C = " +
+                                std::to_string(a.C) + ", R = " + std::to_string(a.R) + ")");
+  if (fits)
+    attention_backward_sm90(a, s);
+  else
+    attention_backward_mma(a, s);
 }
 
 }  // namespace dsa::fused

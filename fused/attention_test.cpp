@@ -172,7 +172,7 @@ struct GpuRun {
 
 // Keys with their invisible rows NaN, NaN guards around every key buffer; every output poisoned
 // (all-one bytes) except dK~, which is accumulated into.
-GpuRun run_gpu(const Case& c, FwdKernel kernel = FwdKernel::best) {
+GpuRun run_gpu(const Case& c, FwdKernel kernel = FwdKernel::best, BwdKernel bwd = BwdKernel::best) {
   const AttnShape& s = c.s;
   const int Tp = c.Tp, D = c.D;
   const auto poison = invisible_rows(c.L);
@@ -203,7 +203,7 @@ GpuRun run_gpu(const Case& c, FwdKernel kernel = FwdKernel::best) {
   attention_delta(B(dO), B(O), delta.p, (int64_t)Tp * s.H, s.C, 0);
   attention_backward(AttnBwdArgs{B(Qt), B(ck), B(kpe), sel.p, cnt.p, B(dO), lse.p, delta.p, Tp, Tp, s.H, s.C, s.R, s.K,
                                  scale, B(dQ), dK.p, target.p},
-                     0);
+                     0, bwd);
   check_cuda(cudaDeviceSynchronize(), "attention kernels");
   return GpuRun{O.download(), dQ.download(), lse.download(), dK.download(), target.download(), sel.download(),
                 cnt.download()};
@@ -390,6 +390,54 @@ TEST_P(WgmmaForward, MatchesDoublePrecisionAndTheMmaKernel) {
 INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaForward,
                          ::testing::Values(AttnShape{90, 128, 512, 64, 80}, AttnShape{33, 64, 512, 64, 2048},
                                            AttnShape{70, 70, 512, 16, 130}, AttnShape{66, 8, 512, 64, 64},
+                                           AttnShape{140, 64, 512, 64, 65}, AttnShape{75, 1, 512, 8, 200}),
+                         [](const auto& info) {
+                           const AttnShape& s = info.param;
+                           return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
+                         });
+
+// The Hopper wgmma backward (attention_bwd_sm90.cu) on the shapes it takes, each fed by the same
+// forward: it and the mma.sync backward must each pass compare_tensor against the same exact and
+// lowp reference, hold the exact-zero rules, and give the loss target T^. Head counts that are not
+// a multiple of 64 (zero heads in the tile), R < 64 (dK~ columns past C + R never written), rows
+// of one key, of one and just over one 32-key tile, K = 2048.
+class WgmmaBackward : public ::testing::TestWithParam<AttnShape> {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the attention kernels run only on a GPU";
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (major != 9 || minor != 0)
+      GTEST_SKIP() << "the wgmma backward needs an sm_90 device (this one is sm_" << major << minor << ")";
+  }
+};
+
+TEST_P(WgmmaBackward, MatchesDoublePrecisionAndTheMmaKernel) {
+  const AttnShape& s = GetParam();
+  const Case c = make_case(s, 4242u + s.H * 5 + s.K);
+  const AttnBwdArgs probe{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, c.Tp, c.Tp, s.H,
+                          s.C,     s.R,     s.K,     static_cast<float>(c.p.softmax_scale), nullptr, nullptr};
+  ASSERT_EQ(attention_backward_kernel_for(probe), BwdKernel::wgmma)
+      << "an sm_90 device with C = 512 must take the wgmma backward (is the sm_90a code in the build?)";
+  const GpuRun w = run_gpu(c, FwdKernel::best, BwdKernel::wgmma), m = run_gpu(c, FwdKernel::best, BwdKernel::mma);
+  expect_parity(c, w, shape_name(s) + " wgmma backward");
+  expect_parity(c, m, shape_name(s) + " mma backward");
+  expect_exact_rows(c, w);
+  expect_target(c, w);
+  EXPECT_EQ(w.O, m.O);  // the same forward fed both
+  // dQ~ of the two kernels: the same products in another order, so within a few bf16 units.
+  double worst = 0, mx = 0;
+  for (size_t i = 0; i < w.dQ.size(); ++i) {
+    mx = std::max(mx, std::fabs(double(bf16_float(m.dQ[i]))));
+    worst = std::max(worst, std::fabs(double(bf16_float(w.dQ[i])) - double(bf16_float(m.dQ[i]))));
+  }
+  EXPECT_LE(worst, 0.05 * mx) << "dQ~ of the wgmma and mma.sync backward differ by " << worst << " (max " << mx << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaBackward,
+                         ::testing::Values(AttnShape{90, 128, 512, 64, 80}, AttnShape{33, 64, 512, 64, 2048},
+                                           AttnShape{70, 70, 512, 16, 130}, AttnShape{66, 8, 512, 64, 33},
                                            AttnShape{140, 64, 512, 64, 65}, AttnShape{75, 1, 512, 8, 200}),
                          [](const auto& info) {
                            const AttnShape& s = info.param;

@@ -1,5 +1,5 @@
 // Hopper (sm_90a) warpgroup tensor-core helpers: shared-memory matrix descriptors for the 128-byte
-// swizzled layout, the wgmma fences, and the bf16 wgmma shapes the attention forward uses.
+// swizzled layout, the wgmma fences, and the bf16 wgmma shapes the attention kernels use.
 // Everything here is device code that exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL);
 // the compute_80 PTX pass sees none of it.
 //
@@ -52,17 +52,19 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (+)= A·Bᵀ: A 64×16 K-major, B 32×16 K-major (32 keys × 16 of the query width).
+// d (+)= A·B of m64n32k16, A and B from shared memory: K-major by default (A 64×16, B 32×16:
+// d = A·Bᵀ); TA / TB = 1 reads that operand MN-major (A stored K×M, B stored K×N).
+template <int TA = 0, int TB = 0>
 __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
 // d (+)= A·B: A 64×16 K-major, B 16×256 MN-major (16 keys × 256 latent columns, transposed).
@@ -99,20 +101,22 @@ __device__ __forceinline__ void mma_m64n256k16(float (&d)[128], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// d (+)= A·Bᵀ: A 64×16 K-major, B 64×16 K-major (64 keys × 16 of the query width).
+// d (+)= A·B of m64n64k16, A and B from shared memory, K-major by default (A 64×16, B 64×16:
+// d = A·Bᵀ); TA / TB = 1 reads that operand MN-major.
+template <int TA = 0, int TB = 0>
 __device__ __forceinline__ void mma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
 // d (+)= A·B with A from registers (the m64k16 A fragment: a[0] rows g cols 2q, a[1] rows g+8,

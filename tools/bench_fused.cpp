@@ -130,7 +130,7 @@ struct Workload {
   }
   void forward(fused::FwdKernel k = fused::FwdKernel::best) { fused::attention_forward(forward_args(), st, k); }
   // with_target: the backward also emits the loss's target T^ (AttnBwdArgs::target, fused/run.cpp's order).
-  void backward(bool with_target = false) {
+  void backward(bool with_target = false, fused::BwdKernel k = fused::BwdKernel::best) {
     check(cudaMemsetAsync(dK.p, 0, (size_t)S * D * 4, st));
     if (with_target) {
       check(cudaMemsetAsync(target().p, 0, (size_t)S * K * 4, st));
@@ -138,7 +138,11 @@ struct Workload {
     }
     fused::attention_backward(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p, delta.p, S, S, H, C,
                                                  R, K, scale(), dQt.p, dK.p, with_target ? target().p : nullptr},
-                              st);
+                              st, k);
+  }
+  fused::BwdKernel backward_kernel() {
+    return fused::attention_backward_kernel_for(fused::AttnBwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, dO_lat.p, lse.p,
+                                                                   delta.p, S, S, H, C, R, K, scale(), dQt.p, dK.p});
   }
   // The loss on its own (T^ from its own logits), or as the pipeline runs it (given): reading the
   // T^ the backward left and the indexer's score of each selected key (fused/run.cpp's order; the
@@ -244,6 +248,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward" || hot) w.backward();
     else if (kernel == "backward_target") w.backward(true);
+    else if (kernel == "backward_mma") w.backward(false, fused::BwdKernel::mma);
     else w.loss(kernel == "loss_given_target");
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
@@ -267,12 +272,15 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   const double per_iter = total / double(state.iterations());
-  const std::string formula = hot || kernel == "backward_target" ? "backward" : kernel;
+  const std::string formula =
+      hot || kernel == "backward_target" || kernel == "backward_mma" ? "backward" : kernel;
   state.counters["TFLOP/s"] = flops_per_pair(formula, kModels[model].d) * pairs / per_iter / 1e12;
   state.counters["pairs"] = pairs;
   std::string label = std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK);
   if (kernel == "forward")
     label += fused::attention_forward_kernel_for(w.forward_args()) == fused::FwdKernel::wgmma ? " wgmma" : " mma.sync";
+  if (kernel == "backward" || hot || kernel == "backward_target")
+    label += w.backward_kernel() == fused::BwdKernel::wgmma ? " wgmma" : " mma.sync";
   if (hot) label += " hot keys";
   state.SetLabel(label);
 }
@@ -321,6 +329,8 @@ const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
                            // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
                            {"BM_FusedAttentionForwardMma", "forward_mma"},
                            {"BM_FusedAttentionBackward", "backward"},
+                           // The portable mma.sync backward on the same shapes, for comparison with the wgmma one.
+                           {"BM_FusedAttentionBackwardMma", "backward_mma"},
                            {"BM_FusedLossForwardBackward", "loss"},
                            // fused/run.cpp's sparse loss: the backward emits T^, the loss reads it.
                            // Their loss share = (BackwardWithTarget − Backward + LossGivenTarget) / (Forward + Backward).
