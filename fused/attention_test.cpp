@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -443,6 +444,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaBackward,
                            const AttnShape& s = info.param;
                            return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
                          });
+
+// Forcing a wgmma kernel onto a shape or device it does not take is one clear error naming the rule
+// and the shape, before anything is launched (so this runs without a GPU too); `best` then picks the
+// mma.sync kernel.
+TEST(AttentionDispatch, ForcingAWgmmaKernelWhereItDoesNotFitIsAClearError) {
+  const AttnFwdArgs f{nullptr, nullptr, nullptr, nullptr, nullptr, 4, 4, 8, 40, 8, 4, 1.f, nullptr, nullptr};
+  const AttnBwdArgs b{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 4, 8,
+                      40,      8,       4,       1.f,     nullptr, nullptr};
+  EXPECT_EQ(attention_forward_kernel_for(f), FwdKernel::mma);
+  EXPECT_EQ(attention_backward_kernel_for(b), BwdKernel::mma);
+  auto expect_rule = [](auto&& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": forcing the wgmma kernel at C = 40 must throw";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("C = 512"), std::string::npos) << m;  // the rule
+      EXPECT_NE(m.find("got C = 40"), std::string::npos) << m;  // the shape
+    }
+  };
+  expect_rule([&] { attention_forward(f, 0, FwdKernel::wgmma); }, "forward");
+  expect_rule([&] { attention_backward(b, 0, BwdKernel::wgmma); }, "backward");
+}
 
 // dK~ accumulates over queries with fp32 atomics: not bitwise deterministic. Both runs must pass
 // the comparison, dQ~ and O_lat (no atomics) must be bitwise equal, and the dK~ spread between
