@@ -20,6 +20,7 @@
 
 #include "fused/attention_bwd_sm90.hpp"
 #include "fused/cuda_check.hpp"
+#include "fused/device.hpp"
 #include "fused/mma.cuh"
 #include "fused/pipeline.cuh"
 #include "fused/wgmma.cuh"
@@ -100,6 +101,23 @@ struct Shared {
   int32_t* idx;  // [2][BN]: the keys of each buffer's tile
 };
 
+// acc = A·K~ᵀ over the first NA atom columns (m64n32k16), A a 64-row head tile (Q~ for S, dO_lat
+// for dP) and K~ the key tile, both K-major; complete on return.
+template <int NA>
+__device__ __forceinline__ void head_key_product(float (&acc)[16], const unsigned char* sA, const unsigned char* sK) {
+  const uint64_t dA = wgmma::desc(sA, 16, 1024), dK = wgmma::desc(sK, 16, 1024);
+  wgmma::fence();
+#pragma unroll
+  for (int atom = 0; atom < NA; ++atom)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      wgmma::mma_m64n32k16(acc, wgmma::advance(dA, atom * H_ATOM + k * 32), wgmma::advance(dK, atom * K_ATOM + k * 32),
+                           atom > 0 || k > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_registers(acc);
+}
+
 // Phase 1 of warpgroup 0: S of the tile, then P and dS (with warpgroup 1's dP) into their tiles,
 // and the tile's T^ partials.
 __device__ __forceinline__ void scores_and_dlogits(const AttnBwdArgs& a, const Shared& sm, const unsigned char* sK,
@@ -107,17 +125,7 @@ __device__ __forceinline__ void scores_and_dlogits(const AttnBwdArgs& a, const S
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int t = threadIdx.x & 127;
   float s[16];
-  const uint64_t dQ = wgmma::desc(sm.Q, 16, 1024), dK = wgmma::desc(sK, 16, 1024);
-  wgmma::fence();
-#pragma unroll
-  for (int atom = 0; atom < ATOMS; ++atom)
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      wgmma::mma_m64n32k16(s, wgmma::advance(dQ, atom * H_ATOM + k * 32), wgmma::advance(dK, atom * K_ATOM + k * 32),
-                           atom > 0 || k > 0);
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::fence_registers(s);
+  head_key_product<ATOMS>(s, sm.Q, sK);
 
   pipeline::bar_sync(BAR_DP, NTHREADS);
   float dp[16];
@@ -280,17 +288,7 @@ __device__ __forceinline__ void backward_rows(const AttnBwdArgs& a, const Shared
       scores_and_dlogits(a, sm, sK, j, cnt);
     } else {
       float dp[16];
-      const uint64_t dO = wgmma::desc(sm.dO, 16, 1024), dK = wgmma::desc(sK, 16, 1024);
-      wgmma::fence();
-#pragma unroll
-      for (int atom = 0; atom < LAT_ATOMS; ++atom)
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          wgmma::mma_m64n32k16(dp, wgmma::advance(dO, atom * H_ATOM + k * 32),
-                               wgmma::advance(dK, atom * K_ATOM + k * 32), atom > 0 || k > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_registers(dp);
+      head_key_product<LAT_ATOMS>(dp, sm.dO, sK);
 #pragma unroll
       for (int i = 0; i < 16; ++i) sm.dP[i * 128 + t] = dp[i];
       pipeline::bar_arrive(BAR_DP, NTHREADS);
@@ -370,16 +368,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_sm90_kernel(At
 
 bool attention_backward_sm90_fits(const AttnBwdArgs& a) {
   if (a.C != 512 || a.R % 8 != 0 || a.C + a.R > ATOMS * 64) return false;
-  int dev = 0, major = 0, minor = 0, max_smem = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major != 9 || minor != 0 || max_smem < SMEM_BYTES) return false;
-  // The sm_90a machine code must be in the binary (a build for other targets has only the trap).
-  cudaFuncAttributes fa{};
-  DSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_backward_sm90_kernel));
-  return fa.binaryVersion == 90;
+  return sm90a_kernel_fits(reinterpret_cast<const void*>(attention_backward_sm90_kernel), SMEM_BYTES);
 }
 
 void attention_backward_sm90(const AttnBwdArgs& a, cudaStream_t s) {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include "fused/attention_fwd_sm90.hpp"
 #include "fused/cuda_check.hpp"
+#include "fused/device.hpp"
 #include "fused/mma.cuh"
 #include "fused/pipeline.cuh"
 #include "fused/softmax_rows.cuh"
@@ -419,16 +420,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
 
 bool attention_forward_sm90_fits(const AttnFwdArgs& a) {
   if (a.C != 512 || a.R % 8 != 0 || a.C + a.R > ATOMS * 64) return false;
-  int dev = 0, major = 0, minor = 0, max_smem = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major != 9 || minor != 0 || max_smem < SMEM_BYTES) return false;
-  // The sm_90a machine code must be in the binary (a build for other targets has only the trap).
-  cudaFuncAttributes fa{};
-  DSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, attention_forward_sm90_kernel));
-  return fa.binaryVersion == 90;
+  return sm90a_kernel_fits(reinterpret_cast<const void*>(attention_forward_sm90_kernel), SMEM_BYTES);
 }
 
 void attention_forward_sm90(const AttnFwdArgs& a, cudaStream_t s) {

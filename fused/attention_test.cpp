@@ -362,7 +362,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
 // compare_tensor against the same exact and lowp reference (and the backward that consumed the
 // wgmma forward's O_lat and lse must too). Head counts that are not a multiple of 64, R < 64 (zero
 // padding of the query width), rows of exactly one and of just over one 64-key tile, K = 2048.
-class WgmmaForward : public ::testing::TestWithParam<AttnShape> {
+// The wgmma kernels' shapes: skipped without an sm_90 device.
+class Sm90Shapes : public ::testing::TestWithParam<AttnShape> {
  protected:
   void SetUp() override {
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the attention kernels run only on a GPU";
@@ -370,9 +371,15 @@ class WgmmaForward : public ::testing::TestWithParam<AttnShape> {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
     if (major != 9 || minor != 0)
-      GTEST_SKIP() << "the wgmma forward needs an sm_90 device (this one is sm_" << major << minor << ")";
+      GTEST_SKIP() << "the wgmma kernels need an sm_90 device (this one is sm_" << major << minor << ")";
   }
 };
+// C = 512 throughout: H, R and K name them.
+std::string sm90_shape_name(const ::testing::TestParamInfo<AttnShape>& info) {
+  const AttnShape& s = info.param;
+  return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
+}
+class WgmmaForward : public Sm90Shapes {};
 
 TEST_P(WgmmaForward, MatchesDoublePrecisionAndTheMmaKernel) {
   const AttnShape& s = GetParam();
@@ -392,27 +399,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaForward,
                          ::testing::Values(AttnShape{90, 128, 512, 64, 80}, AttnShape{33, 64, 512, 64, 2048},
                                            AttnShape{70, 70, 512, 16, 130}, AttnShape{66, 8, 512, 64, 64},
                                            AttnShape{140, 64, 512, 64, 65}, AttnShape{75, 1, 512, 8, 200}),
-                         [](const auto& info) {
-                           const AttnShape& s = info.param;
-                           return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
-                         });
+                         sm90_shape_name);
 
 // The Hopper wgmma backward (attention_bwd_sm90.cu) on the shapes it takes, each fed by the same
 // forward: it and the mma.sync backward must each pass compare_tensor against the same exact and
 // lowp reference, hold the exact-zero rules, and give the loss target T^. Head counts that are not
 // a multiple of 64 (zero heads in the tile), R < 64 (dK~ columns past C + R never written), rows
 // of one key, of one and just over one 32-key tile, K = 2048.
-class WgmmaBackward : public ::testing::TestWithParam<AttnShape> {
- protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the attention kernels run only on a GPU";
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-    if (major != 9 || minor != 0)
-      GTEST_SKIP() << "the wgmma backward needs an sm_90 device (this one is sm_" << major << minor << ")";
-  }
-};
+class WgmmaBackward : public Sm90Shapes {};
 
 TEST_P(WgmmaBackward, MatchesDoublePrecisionAndTheMmaKernel) {
   const AttnShape& s = GetParam();
@@ -440,10 +434,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WgmmaBackward,
                          ::testing::Values(AttnShape{90, 128, 512, 64, 80}, AttnShape{33, 64, 512, 64, 2048},
                                            AttnShape{70, 70, 512, 16, 130}, AttnShape{66, 8, 512, 64, 33},
                                            AttnShape{140, 64, 512, 64, 65}, AttnShape{75, 1, 512, 8, 200}),
-                         [](const auto& info) {
-                           const AttnShape& s = info.param;
-                           return "H" + std::to_string(s.H) + "_R" + std::to_string(s.R) + "_K" + std::to_string(s.K);
-                         });
+                         sm90_shape_name);
 
 // Forcing a wgmma kernel onto a shape or device it does not take is one clear error naming the rule
 // and the shape, before anything is launched (so this runs without a GPU too); `best` then picks the

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "fused/device.hpp"
+#include "fused/cuda_check.hpp"
 
 namespace dsa::fused {
 
@@ -53,6 +54,18 @@ std::string runtime_version() {
   int v = 0;
   if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
   return version_text(v);
+}
+
+bool sm90a_kernel_fits(const void* kernel, int smem_bytes) {
+  int dev = 0, major = 0, minor = 0, max_smem = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (major != 9 || minor != 0 || max_smem < smem_bytes) return false;
+  cudaFuncAttributes fa{};
+  DSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  return fa.binaryVersion == 90;
 }
 
 }  // namespace dsa::fused

@@ -16,5 +16,9 @@ std::string device_pci_bus_id(int device);
 // CUDA versions as "13.0" ("" when unknown): the installed driver's API version and this runtime's.
 std::string driver_version();
 std::string runtime_version();
+// True when the current device is compute capability 9.0 with at least smem_bytes of opt-in shared
+// memory per block and `kernel` (a __global__ function) holds sm_90a machine code: a build for other
+// targets has only the compute_80 trap of a wgmma kernel. False without a device.
+bool sm90a_kernel_fits(const void* kernel, int smem_bytes);
 
 }  // namespace dsa::fused
