@@ -4,6 +4,10 @@
 # tests that must catch it and prints one line per mutant: CAUGHT (some test failed) or MISSED.
 # Usage on a GPU machine, from a checkout: tools/kernel_mutants.sh [NAME ...]   (default: all)
 # Build folders: build-mutant/NAME (git-ignored). Exit 1 when a mutant is missed.
+# Environment: J (build jobs), CUDA_ARCHS (CMAKE_CUDA_ARCHITECTURES, default the project's), FILTER (a
+# gtest filter: run only the tests that must catch the mutants named, default all of fused_tests),
+# BUILD_DIR (an already configured build folder to reuse for every mutant: only what the define
+# touches is rebuilt, and the folder is reconfigured without a mutant at the end).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 J=${J:-$(nproc)}
@@ -15,14 +19,15 @@ names=("$@")
 missed=0
 for m in "${names[@]}"; do
   dir=build-mutant/$m
-  if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT="$m" >/dev/null &&
-         cmake --build "$dir" -j "$J" --target fused_tests >"$dir.build.log" 2>&1; }; then
-    echo "mutant $m: BUILD FAILED (see $dir.build.log)"; missed=1; continue
+  if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT="$m" ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} >/dev/null &&
+         cmake --build "$dir" -j "$J" --target fused_tests >"$dir/mutant-$m.build.log" 2>&1; }; then
+    echo "mutant $m: BUILD FAILED (see $dir/mutant-$m.build.log)"; missed=1; continue
   fi
-  timeout 300 "$dir/fused/fused_tests" >"$dir.log" 2>&1
+  timeout 300 "$dir/fused/fused_tests" ${FILTER:+--gtest_filter=$FILTER} >"$dir/mutant-$m.log" 2>&1
   rc=$?
-  failing=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$dir.log")
+  failing=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$dir/mutant-$m.log")
   if ((rc != 0 && failing > 0)); then echo "mutant $m: CAUGHT by $failing tests"; else echo "mutant $m: MISSED (exit $rc)"; missed=1; fi
-  grep -E '^\[  FAILED  \] [A-Za-z]' "$dir.log" | head -4
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$dir/mutant-$m.log" | head -4
 done
+[ -n "${BUILD_DIR:-}" ] && cmake -S . -B "$BUILD_DIR" -DDSA_MUTANT= >/dev/null
 exit $missed

@@ -29,6 +29,19 @@
 # (MEGATRON_CP_DEVICE=cpu, the default here; cuda: NCCL with a GPU per rank, else the ranks share the
 # GPU over gloo, not yet run), CPU-sized (Tp <= 1024, H*Tp^2 <= 2^26, larger: cannot-run) and each
 # case's ranks bounded by MEGATRON_CP_TIMEOUT (60) seconds.
+# Kernel work (one maintained set of stages, so no session forks this script):
+# CUDA_ARCHS (e.g. 90a-real) sets CMAKE_CUDA_ARCHITECTURES for the build and the mutants' builds.
+# fusedtests: fused_tests with FUSED_FILTER (default all; 300 s cap). oracletests: check/gpu/gpu_oracle_tests.
+# variants: for each of VARIANTS (e.g. "0 1 2") with VARIANT_ENV=<v> set (a switch an uncommitted
+# experiment tree reads), fused_tests with VARIANT_TESTS, then the benchmarks VARIANT_BENCH, all
+# variants interleaved, twice (bench-var-<v>-<run>.json). lossplit: the attention forward, backward,
+# backward with T^ and the loss given T^ at both models, S 4K/16K, twice (bench-loss-split-<run>.json;
+# loss share = (WithTarget − Backward + LossGivenTarget) / (Forward + Backward)).
+# ncu: Nsight Compute's SpeedOfLight, WarpStateStats, SchedulerStats and MemoryWorkloadAnalysis (raw
+# page) for each of NCU_RUNS ("name|kernel regex|benchmark filter" ...), its second launch (ncu-<name>-raw.txt). mutantsinplace: the kernel mutants
+# MUTANTS (tools/kernel_mutants.sh, MUTANT_FILTER the tests each runs) rebuilt one after the other in
+# build/ itself (only what the define touches), which is then reconfigured without one; run it last
+# (the next build stage also resets it).
 # mpicuda: --backend cuda --comm mpi (one process per rank, NCCL bootstrapped over MPI): the nightly
 # on one rank for MPI_S seconds, the very cases it ran replayed with --comm local and their verdicts
 # compared (reports/device/compare_verdicts.py), -np GPUs+1 refused (exit 2, no hang), -np 2/4/8 up to
@@ -40,10 +53,11 @@ PROD_S=${PROD_S:-60}
 SEED=${SEED:-11}
 ORACLE=${ORACLE:-cpu}
 BOTH_S=${BOTH_S:-120}
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > $OUT/build.log 2>&1 &&
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT= ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} > $OUT/build.log 2>&1 &&
   cmake --build build -j16 --target ${TARGETS:-core_tests fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
 echo "built $(date -u +%T)"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $OUT/nvidia-smi.csv 2>&1
 for stage in $STAGES; do
   echo "== $stage $(date -u +%T)"
   case $stage in
@@ -53,6 +67,40 @@ for stage in $STAGES; do
       timeout 120 ./build/check/gpu/gpu_oracle_tests 2>&1 | tee $OUT/gpu-oracle-tests.log | grep -E "PASSED|FAILED|Failure" | head -20
       timeout 120 ./build/harness/harness_tests --gtest_filter='Cuda*' 2>&1 | tee $OUT/harness-cuda-tests.log | grep -E "PASSED|FAILED|Failure"
       timeout 120 ./build/tools/tool_tests --gtest_filter='Cli.Cuda*' 2>&1 | tee $OUT/cli-cuda-tests.log | grep -E "PASSED|FAILED|Failure|SKIPPED" ;;
+    fusedtests)
+      timeout 300 ./build/fused/fused_tests ${FUSED_FILTER:+--gtest_filter=$FUSED_FILTER} > $OUT/fused-tests.log 2>&1; echo "exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|spread" $OUT/fused-tests.log | head -30 ;;
+    oracletests)
+      timeout 120 ./build/check/gpu/gpu_oracle_tests > $OUT/gpu-oracle-tests.log 2>&1; echo "exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure" $OUT/gpu-oracle-tests.log | head -20 ;;
+    variants)
+      for v in $VARIANTS; do
+        env $VARIANT_ENV=$v timeout 120 ./build/fused/fused_tests --gtest_filter="$VARIANT_TESTS" > $OUT/var-$v-tests.log 2>&1
+        echo "variant $v tests exit $?: $(grep -cE '^\[       OK' $OUT/var-$v-tests.log) ok"; grep -E "^\[  FAILED" $OUT/var-$v-tests.log | head -5
+      done
+      for r in 1 2; do for v in $VARIANTS; do
+        env $VARIANT_ENV=$v ./build/dsa-parity bench --benchmark_filter="$VARIANT_BENCH" --benchmark_out=$OUT/bench-var-$v-$r.json \
+          --benchmark_out_format=json > $OUT/bench-var-$v-$r.txt 2>&1
+        echo "variant $v run $r exit $?: $(grep -E '^BM_' $OUT/bench-var-$v-$r.txt | awk '{printf "%s ", $2}')"
+      done; done ;;
+    lossplit)
+      for r in 1 2; do
+        ./build/dsa-parity bench --benchmark_filter="BM_Fused(AttentionForward|AttentionBackward|AttentionBackwardWithTarget|LossGivenTarget)/model:[01]/S:(4096|16384)/" \
+          --benchmark_out=$OUT/bench-loss-split-$r.json --benchmark_out_format=json > $OUT/bench-loss-split-$r.txt 2>&1
+        echo "loss split $r exit $?"; grep -E "^BM_" $OUT/bench-loss-split-$r.txt | awk '{print $1, $2}'
+      done ;;
+    ncu)
+      for run in $NCU_RUNS; do
+        IFS='|' read name kernel bench <<< "$run"
+        timeout 150 ncu --clock-control none --kernel-name regex:$kernel --launch-skip 1 --launch-count 1 \
+          --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --page raw \
+          ./build/dsa-parity bench --benchmark_filter="$bench" > $OUT/ncu-$name-raw.txt 2>&1; echo "ncu $name exit $?"
+        grep -E "warps_issue_stalled_.*_per_issue_active|pipe_tensor.*pct|lts__t_sectors_op_red.sum |lts__t_sectors_op_atom.sum |gpu__time_duration.sum|l1tex__throughput.avg.pct|lts__throughput.avg.pct|dram__throughput.avg.pct" \
+          $OUT/ncu-$name-raw.txt | sort -k3 -g -r | head -16
+      done ;;
+    mutantsinplace)
+      BUILD_DIR=build J=16 FILTER=$MUTANT_FILTER tools/kernel_mutants.sh $MUTANTS > $OUT/kernel-mutants.log 2>&1
+      echo "exit $?"; cat $OUT/kernel-mutants.log; cp build/mutant-*.log $OUT/ 2>/dev/null ;;
     fwdbench)
       ./build/dsa-parity bench --benchmark_filter='AttentionForward.*S:4096' 2>&1 | grep -E "BM_|rror" ;;
     caseallin)
