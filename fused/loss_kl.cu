@@ -14,7 +14,7 @@
 // (mma.sync m16n8k16 bf16, fp32 accumulate): logits with the 16 keys of a warp as M and the heads
 // as N (K~ gathered from global straight into A fragments, Q~[g] from shared memory), so the
 // head sum of T^ stays in-thread plus a quad shuffle; u = k_I·q_Iᵀ the same way; dk_I = du·q_I
-// with du from shared memory; dq_I = duᵀ·k_I over the CTA's 128 keys, each (16 heads × 64 dims)
+// with du from shared memory; dq_I = duᵀ·k_I over the CTA's 128 keys, each (16 heads × 64 dims, 32 at HI ≤ 32)
 // block owned by one warp for the whole row, so dq_I, dw and kl are deterministic. dk_I sums
 // rows through fp32 atomics: not bitwise deterministic run to run.
 // Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
@@ -659,17 +659,22 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
       }
     }
     __syncthreads();  // every warp's du and k_I rows are in shared memory
-    // dq_I[g] += duᵀ·k_I over the tile's 128 keys; warp w owns blocks w, w+8, … of (16 heads × 64 dims).
-    for (int item = warp; item < nip * ndc; item += kWarps) {
-      const int mh = item / ndc, dc = item % ndc;
+    // dq_I[g] += duᵀ·k_I over the tile's 128 keys; warp w owns blocks w, w+8, … of (16 heads × kDQW dims).
+    // Items of 16 heads × kDQW dims: 64, or 32 at HI ≤ 32, where 64-wide items would leave half
+    // the warps idle (four items for eight warps at DI 128; 32-wide: −6 % loss time on the H100 at
+    // GLM-5, S = 4096 and 16384).
+    constexpr int kDQW = kIP <= 2 ? 32 : 64, nnp = kDQW / 16;
+    const int nqc = (L.DIp + kDQW - 1) / kDQW;
+    for (int item = warp; item < nip * nqc; item += kWarps) {
+      const int mh = item / nqc, dc = item % nqc;
       float acc[8][4] = {};
       for (int kk = 0; kk < kTile / 16; ++kk) {
         uint32_t af[4];
         mma::ldmatrix_x4_trans(af, sdu + size_t(kk * 16 + mma::bnk_row(lane)) * L.LDU + mh * 16 + mma::bnk_col(lane));
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
-          const int n0 = dc * 64 + np * 16;
-          if (n0 < L.DIp) {
+          const int n0 = dc * kDQW + np * 16;
+          if (np < nnp && n0 < L.DIp) {
             uint32_t b[4];
             mma::ldmatrix_x4_trans(b, ckI + size_t(kk * 16 + mma::a_row(lane)) * L.LDI + n0 + mma::a_col(lane));
             mma::mma_bf16(acc[2 * np], af, b[0], b[1]);
@@ -683,7 +688,8 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
         if (h >= HI) continue;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          const int d = dc * 64 + nt * 8 + 2 * qq;
+          if (nt >= 2 * nnp) break;  // the next item's columns (another warp's)
+          const int d = dc * kDQW + nt * 8 + 2 * qq;
           float* p = dq_acc + size_t(h) * lda + d;
           if (dq_vec) {  // d even, DI even: d < DI means the pair is in
             if (d < DI) {
