@@ -1,5 +1,6 @@
 #!/bin/bash
-# One device call: build, then the stages named in STAGES, each writing under $OUT.
+# One device call: build, then the stages named in STAGES, each writing into a work folder packed
+# into $OUT/results.tgz (see "Results" below), the script's output in $OUT/log.
 # Usage on the device machine, from a checkout:
 #   OUT=<folder> STAGES="tests bench fuzz production replay" NIGHTLY_S=280 SEED=11 ORACLE=cpu reports/device/device-run.sh
 # Stages: tests (fused_tests, the GPU oracle's tests, the cuda harness tests and the cuda CLI tests),
@@ -46,8 +47,20 @@
 # on one rank for MPI_S seconds, the very cases it ran replayed with --comm local and their verdicts
 # compared (reports/device/compare_verdicts.py), -np GPUs+1 refused (exit 2, no hang), -np 2/4/8 up to
 # the GPU count (MPI_S seconds each), then the MpiCuda* tests of mpi_cli_tests.
+# Results: the device tool returns only so many files from $OUT, and nothing of a call it had to
+# kill, so the stages write into a work folder that is packed into $OUT/results.tgz after the build
+# and after every stage (the last complete stage survives a kill), with this script's own output in
+# $OUT/log. DEADLINE_S (default 540; the call limit is 600): a stage that would start later is
+# skipped and said so, and a stage still running at the deadline is cut (timeout), so the script
+# ends, and packs, before the call limit.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0
+FINAL_OUT=$OUT
+OUT=$(mktemp -d)
+DEADLINE_S=${DEADLINE_S:-540}
+exec > >(tee "$FINAL_OUT/log") 2>&1
+pack() { cp "$FINAL_OUT/log" "$OUT/log" 2>/dev/null; tar czf "$FINAL_OUT/results.tgz.part" -C "$OUT" . && mv "$FINAL_OUT/results.tgz.part" "$FINAL_OUT/results.tgz"; }
+trap pack EXIT
 NIGHTLY_S=${NIGHTLY_S:-280}
 PROD_S=${PROD_S:-60}
 SEED=${SEED:-11}
@@ -56,11 +69,11 @@ BOTH_S=${BOTH_S:-120}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT= ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} > $OUT/build.log 2>&1 &&
   cmake --build build -j16 --target ${TARGETS:-core_tests fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
-echo "built $(date -u +%T)"
+echo "built $(date -u +%T) ($SECONDS s)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $OUT/nvidia-smi.csv 2>&1
-for stage in $STAGES; do
-  echo "== $stage $(date -u +%T)"
-  case $stage in
+pack
+run_stage() {
+  case $1 in
     tests)
       ./build/core/core_tests 2>&1 | tee $OUT/core-tests.log | grep -E "PASSED|FAILED"
       timeout 180 ./build/fused/fused_tests 2>&1 | tee $OUT/fused-tests.log | grep -E "PASSED|FAILED|Failure|SKIPPED|spread|Expected|Which|got" | head -40
@@ -198,6 +211,22 @@ for stage in $STAGES; do
     replay)
       ./build/dsa-parity replay cases/ --backend cuda --report $OUT/replay.json > $OUT/replay.log 2>&1; echo "exit $?"
       tail -6 $OUT/replay.log ;;
+    *) echo "unknown stage $1"; return 2 ;;
   esac
+}
+set -m  # each stage in a process group of its own, so that the deadline cuts all of it
+for stage in $STAGES; do
+  left=$((DEADLINE_S - SECONDS))
+  if [ $left -le 5 ]; then echo "== $stage SKIPPED: past the deadline (DEADLINE_S=$DEADLINE_S)"; continue; fi
+  echo "== $stage $(date -u +%T) ($SECONDS s; $left s to the deadline)"
+  run_stage "$stage" &
+  stage_pid=$!
+  ( sleep $left; kill -TERM -- -$stage_pid 2>/dev/null || kill -TERM $stage_pid 2>/dev/null ) &
+  guard=$!
+  wait $stage_pid
+  kill -- -$guard 2>/dev/null; wait $guard 2>/dev/null
+  [ $SECONDS -ge $DEADLINE_S ] && echo "== $stage CUT at the deadline"
+  pack
 done
-echo "done $(date -u +%T)"
+echo "done $(date -u +%T) ($SECONDS s)"
+
