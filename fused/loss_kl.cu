@@ -14,8 +14,8 @@
 // (mma.sync m16n8k16 bf16, fp32 accumulate): logits with the 16 keys of a warp as M and the heads
 // as N (K~ gathered from global straight into A fragments, Q~[g] from shared memory), so the
 // head sum of T^ stays in-thread plus a quad shuffle; u = k_I·q_Iᵀ the same way; dk_I = du·q_I
-// with du from shared memory; dq_I = duᵀ·k_I over the CTA's 128 keys, each (16 heads × 64 dims, 32 at HI ≤ 32)
-// block owned by one warp for the whole row, so dq_I, dw and kl are deterministic. dk_I sums
+// with du from shared memory; dq_I = duᵀ·k_I over the CTA's 128 keys, each (16 heads × 64 dims;
+// 32 at HI ≤ 32) block owned by one warp for the whole row, so dq_I, dw and kl are deterministic. dk_I sums
 // rows through fp32 atomics: not bitwise deterministic run to run.
 // Shared memory: Q~ H16·(CR16+8)·2 + q_I HI16·(DI16+8)·2 + k_I tile 128·(DI16+8)·2 + du tile
 // 128·(HI16+8)·2 + small: 216 KB at H = 128, C+R = 576, HI = 64, DI = 128. With T^ handed in by the
@@ -659,10 +659,9 @@ __global__ void __launch_bounds__(kThreads, kGivenT ? 2 : 1)
       }
     }
     __syncthreads();  // every warp's du and k_I rows are in shared memory
-    // dq_I[g] += duᵀ·k_I over the tile's 128 keys; warp w owns blocks w, w+8, … of (16 heads × kDQW dims).
-    // Items of 16 heads × kDQW dims: 64, or 32 at HI ≤ 32, where 64-wide items would leave half
-    // the warps idle (four items for eight warps at DI 128; 32-wide: −6 % loss time on the H100 at
-    // GLM-5, S = 4096 and 16384).
+    // dq_I[g] += duᵀ·k_I over the tile's 128 keys; warp w owns blocks w, w+8, … of (16 heads × kDQW
+    // dims). kDQW = 64, or 32 at HI ≤ 32, where 64-wide blocks would leave half the warps idle (four
+    // for eight warps at DI 128; 32-wide: −6 % loss time on the H100 at GLM-5, S = 4096 and 16384).
     constexpr int kDQW = kIP <= 2 ? 32 : 64, nnp = kDQW / 16;
     const int nqc = (L.DIp + kDQW - 1) / kDQW;
     for (int item = warp; item < nip * nqc; item += kWarps) {

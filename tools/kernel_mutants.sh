@@ -3,7 +3,7 @@
 # through CMake (-DDSA_MUTANT=NAME, the only switch of the kernels' mutant #if blocks), runs the
 # tests that must catch it and prints one line per mutant: CAUGHT (some test failed) or MISSED.
 # Usage on a GPU machine, from a checkout: tools/kernel_mutants.sh [NAME ...]   (default: all)
-# Build folders: build-mutant/NAME (git-ignored). Exit 1 when a mutant is missed.
+# Build folders: build-mutant/NAME (git-ignored), logs mutant-NAME.log inside. Exit 1 when a mutant is missed.
 # Environment: J (build jobs), CUDA_ARCHS (CMAKE_CUDA_ARCHITECTURES, default the project's), FILTER (a
 # gtest filter: run only the tests that must catch the mutants named, default all of fused_tests),
 # BUILD_DIR (an already configured build folder to reuse for every mutant: only what the define
@@ -18,7 +18,7 @@ names=("$@")
 ((${#names[@]})) || names=("${all[@]}")
 missed=0
 for m in "${names[@]}"; do
-  dir=build-mutant/$m
+  dir=${BUILD_DIR:-build-mutant/$m}
   if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT="$m" ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} >/dev/null &&
          cmake --build "$dir" -j "$J" --target fused_tests >"$dir/mutant-$m.build.log" 2>&1; }; then
     echo "mutant $m: BUILD FAILED (see $dir/mutant-$m.build.log)"; missed=1; continue
