@@ -29,10 +29,8 @@ from dsa_parity import safetensors as st
 
 
 def as_f64(x):
-    a = np.asarray(x)
-    if a.dtype == np.uint16:  # bf16 bit patterns
-        return st.bf16_to_f32(a).astype(np.float64)
-    return a.astype(np.float64)
+    """A loaded tensor (bf16 as its bits) as float64."""
+    return st.to_float(x, "BF16" if np.asarray(x).dtype == np.uint16 else "F64")
 
 
 def bf16_step(v, k):
