@@ -37,7 +37,8 @@
 # experiment tree reads), fused_tests with VARIANT_TESTS, then the benchmarks VARIANT_BENCH, all
 # variants interleaved, twice (bench-var-<v>-<run>.json). lossplit: the attention forward, backward,
 # backward with T^ and the loss given T^ at both models, S 4K/16K, twice (bench-loss-split-<run>.json;
-# loss share = (WithTarget − Backward + LossGivenTarget) / (Forward + Backward)).
+# loss share = (WithTarget − Backward + LossGivenTarget) / (Forward + Backward), printed by
+# reports/device/loss_share.py into loss-share.txt).
 # ncu: Nsight Compute's SpeedOfLight, WarpStateStats, SchedulerStats and MemoryWorkloadAnalysis (raw
 # page) for each of NCU_RUNS ("name|kernel regex|benchmark filter" ...), its second launch (ncu-<name>-raw.txt). mutantsinplace: the kernel mutants
 # MUTANTS (tools/kernel_mutants.sh, MUTANT_FILTER the tests each runs) rebuilt one after the other in
@@ -101,7 +102,8 @@ run_stage() {
         ./build/dsa-parity bench --benchmark_filter="BM_Fused(AttentionForward|AttentionBackward|AttentionBackwardWithTarget|LossGivenTarget)/model:[01]/S:(4096|16384)/" \
           --benchmark_out=$OUT/bench-loss-split-$r.json --benchmark_out_format=json > $OUT/bench-loss-split-$r.txt 2>&1
         echo "loss split $r exit $?"; grep -E "^BM_" $OUT/bench-loss-split-$r.txt | awk '{print $1, $2}'
-      done ;;
+      done
+      python3 reports/device/loss_share.py $OUT/bench-loss-split-*.json | tee $OUT/loss-share.txt ;;
     ncu)
       for run in $NCU_RUNS; do
         IFS='|' read name kernel bench <<< "$run"
