@@ -20,6 +20,7 @@
 #include "fused/mma.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
+#include "fused/device.hpp"
 
 namespace dsa::fused {
 
@@ -333,9 +334,7 @@ void attention_backward(const AttnBwdArgs& a, cudaStream_t s, BwdKernel kernel) 
   if (kernel == BwdKernel::mma) return attention_backward_mma(a, s);
   const bool fits = attention_backward_sm90_fits(a);  // asked once: it queries the driver
   if (kernel == BwdKernel::wgmma && !fits)
-    throw std::invalid_argument("attention_backward: the wgmma kernel needs an sm_90 device, sm_90a code, C = 512 and "
-                                "C + R ≤ 576 with R a multiple of 8 (got C = " +
-                                std::to_string(a.C) + ", R = " + std::to_string(a.R) + ")");
+    throw sm90a_kernel_refused("attention_backward", a.C, a.R);
   if (fits)
     attention_backward_sm90(a, s);
   else

@@ -18,6 +18,7 @@
 #include "fused/softmax_rows.cuh"
 #include "fused/attention_tiles.cuh"
 #include "fused/cuda_check.hpp"
+#include "fused/device.hpp"
 
 namespace dsa::fused {
 
@@ -228,9 +229,7 @@ void attention_forward(const AttnFwdArgs& a, cudaStream_t s, FwdKernel kernel) {
   if (kernel == FwdKernel::mma) return attention_forward_mma(a, s);
   const bool fits = attention_forward_sm90_fits(a);  // asked once: it queries the driver
   if (kernel == FwdKernel::wgmma && !fits)
-    throw std::invalid_argument("attention_forward: the wgmma kernel needs an sm_90 device, sm_90a code, C = 512 and "
-                                "C + R ≤ 576 with R a multiple of 8 (got C = " +
-                                std::to_string(a.C) + ", R = " + std::to_string(a.R) + ")");
+    throw sm90a_kernel_refused("attention_forward", a.C, a.R);
   if (fits)
     attention_forward_sm90(a, s);
   else

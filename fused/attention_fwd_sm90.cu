@@ -419,8 +419,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
 }  // namespace
 
 bool attention_forward_sm90_fits(const AttnFwdArgs& a) {
-  if (a.C != 512 || a.R % 8 != 0 || a.C + a.R > ATOMS * 64) return false;
-  return sm90a_kernel_fits(reinterpret_cast<const void*>(attention_forward_sm90_kernel), SMEM_BYTES);
+  static_assert(ATOMS * 64 == 576, "sm90a_latent_width's C + R bound is this kernel's atom count");
+  return sm90a_latent_width(a.C, a.R) && sm90a_kernel_fits(reinterpret_cast<const void*>(attention_forward_sm90_kernel), SMEM_BYTES);
 }
 
 void attention_forward_sm90(const AttnFwdArgs& a, cudaStream_t s) {

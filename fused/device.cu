@@ -68,4 +68,11 @@ bool sm90a_kernel_fits(const void* kernel, int smem_bytes) {
   return fa.binaryVersion == 90;
 }
 
+bool sm90a_latent_width(int C, int R) { return C == 512 && R % 8 == 0 && C + R <= 576; }
+
+std::invalid_argument sm90a_kernel_refused(const std::string& who, int C, int R) {
+  return std::invalid_argument(who + ": the wgmma kernel needs an sm_90 device, sm_90a code, C = 512 and C + R ≤ 576 "
+                               "with R a multiple of 8 (got C = " + std::to_string(C) + ", R = " + std::to_string(R) + ")");
+}
+
 }  // namespace dsa::fused

@@ -1,6 +1,7 @@
 // Device discovery (plain C++: the harness and the tools include it without nvcc).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 namespace dsa::fused {
@@ -20,5 +21,10 @@ std::string runtime_version();
 // memory per block and `kernel` (a __global__ function) holds sm_90a machine code: a build for other
 // targets has only the compute_80 trap of a wgmma kernel. False without a device.
 bool sm90a_kernel_fits(const void* kernel, int smem_bytes);
+// The latent widths both wgmma attention kernels take: C = 512, R a multiple of 8, C + R ≤ 576
+// (nine 64-column atoms).
+bool sm90a_latent_width(int C, int R);
+// What forcing a wgmma kernel onto a shape or device it does not take throws: `who`, the rule, the shape.
+std::invalid_argument sm90a_kernel_refused(const std::string& who, int C, int R);
 
 }  // namespace dsa::fused
