@@ -72,16 +72,82 @@ Trace& trace() {
   return t;
 }
 
+long long now_us() {
+  static const auto t0 = std::chrono::steady_clock::now();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The open spans of each thread that has one open, in order of each thread's first open span (a
+// thread whose spans all closed leaves: rank threads come and go with every case). Leaked: spans
+// may close during static destruction.
+struct OpenSpans {
+  struct Open {
+    const char* name;
+    long long since_us;
+  };
+  std::mutex mu;
+  std::vector<std::pair<std::thread::id, std::vector<Open>>> threads;
+
+  std::vector<Open>& of_this_thread() {
+    const std::thread::id me = std::this_thread::get_id();
+    for (auto& [id, open] : threads)
+      if (id == me) return open;
+    threads.push_back({me, {}});
+    return threads.back().second;
+  }
+};
+
+OpenSpans& open_registry() {
+  static auto* r = new OpenSpans;
+  return *r;
+}
+
 }  // namespace
 
 bool tracing() { return trace().on(); }
 
-TraceSpan::TraceSpan(const char* name) : name_(name) {
+std::string open_spans() {
+  OpenSpans& r = open_registry();
+  const long long now = now_us();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::string out;
+  for (size_t t = 0; t < r.threads.size(); ++t) {
+    const auto& open = r.threads[t].second;
+    if (open.empty()) continue;
+    out += (out.empty() ? "" : "; ") + ("thread " + std::to_string(t + 1) + ": ");
+    for (size_t k = 0; k < open.size(); ++k) {
+      char b[48];
+      std::snprintf(b, sizeof b, " %.3g s", double(now - open[k].since_us) / 1e6);
+      out += (k ? " > " : "") + std::string(open[k].name) + b;
+    }
+  }
+  return out;
+}
+
+TraceSpan::TraceSpan(const char* name) : name_(name), open_us_(now_us()) {
   if (trace().on()) begin_us_ = trace().now_us();
+  OpenSpans& r = open_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.of_this_thread().push_back({name_, open_us_});
 }
 
 TraceSpan::~TraceSpan() {
   if (begin_us_ >= 0) trace().add(name_, begin_us_, trace().now_us());
+  OpenSpans& r = open_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const std::thread::id me = std::this_thread::get_id();
+  for (auto t = r.threads.begin(); t != r.threads.end(); ++t) {
+    if (t->first != me) continue;
+    auto& open = t->second;
+    // Spans nest on a thread (scoped objects), so this is normally the innermost one.
+    for (size_t k = open.size(); k-- > 0;)
+      if (open[k].name == name_ && open[k].since_us == open_us_) {
+        open.erase(open.begin() + long(k));
+        break;
+      }
+    if (open.empty()) r.threads.erase(t);
+    return;
+  }
 }
 
 }  // namespace dsa

@@ -550,6 +550,7 @@ Result run_fused(const Problem& p, const Inputs& in, const FusedOptions& opt) {
   for (int r = 0; r < cp; ++r)
     threads.emplace_back([&, r] {
       try {
+        const TraceSpan span("fused: rank");
         // Each rank reads only its own rows, as a rank in a process of its own does (--comm mpi).
         outs[r] = rank_part(S, RankInputs{in, L.rank_rows[r], *weights.at(group->comm(r).device()), r == 0},
                             group->comm(r));

@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <set>
 
 #include "harness/bounds.hpp"
@@ -22,8 +24,10 @@
 #include "harness/run_case.hpp"
 #include "harness/run_finish.hpp"
 #include "harness/shrink.hpp"
+#include "harness/stall_watch.hpp"
 #include "core/errors.hpp"
 #include "core/layout.hpp"
+#include "core/trace.hpp"
 
 namespace dsa {
 
@@ -353,7 +357,19 @@ int run_session(const SessionOptions& o, Backend& backend) {
   int stop_signal = 0;     // SIGINT / SIGTERM received: the run ends after what is done
   bool past_limit = false;  // the hard time limit passed
 
+  // What the stall watch shares with this thread (under session_mu): the tally and the outputs,
+  // and the case in flight, so that a case that never returns can be written up from there.
+  std::mutex session_mu;
+  struct InFlight {
+    CaseRecord r;                        // its identity (verdict not set)
+    std::optional<CaseVerdict> verdict;  // once judged (its shrinking may still run)
+  };
+  std::optional<InFlight> in_flight;
+  bool session_over = false;  // the summary and outputs are being written: nothing more is recorded
+
   auto record = [&](CaseRecord& r) {
+    std::lock_guard<std::mutex> lock(session_mu);
+    if (session_over) return;
     tally.add(r);
     if (report) report->add(r);
     if (junit) junit->add(ctx, r);
@@ -382,8 +398,20 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.name = case_name(file, c);
     r.c = c;
     r.case_file = file;
+    const auto set_in_flight = [&](bool on) {
+      std::lock_guard<std::mutex> lock(session_mu);
+      if (on) in_flight = InFlight{r, std::nullopt};
+      else in_flight.reset();
+    };
+    set_in_flight(true);
+    struct Landed {  // the case is not in flight once run_one returns, however it returns
+      std::function<void(bool)> set;
+      ~Landed() { set(false); }
+    } landed{set_in_flight};
     try {
       r.v = run_case(c, backend, oracle.get(), o.repeat, &prefetch);
+      std::lock_guard<std::mutex> lock(session_mu);
+      in_flight->verdict = r.v;
     } catch (const InvalidInput& e) {
       if (!file.empty()) throw InvalidInput(file + ": " + e.field, e.rule);
       r.v.verdict = Verdict::cannot_run;  // a generator bug: reported, never a pass
@@ -405,6 +433,10 @@ int run_session(const SessionOptions& o, Backend& backend) {
       r.repro_here = repro_line(here, absolute(r.case_file));
       r.case_file = in_report(r.case_file);
       r.repro = repro_line(portable, r.case_file);
+      {
+        std::lock_guard<std::mutex> lock(session_mu);
+        in_flight->r = r;  // its case file and repro lines, should its shrinking never end
+      }
       progress.finish();
       if (quiet)
         std::printf("FAIL %s  repro: %s\n", r.v.bucket.c_str(), r.repro_here.c_str());
@@ -461,6 +493,76 @@ int run_session(const SessionOptions& o, Backend& backend) {
     return !stop_signal && !past_limit && !ctx.maxfail_reached && !backend.rank_failure();
   };
 
+  // The summary, the report and JUnit (session_mu held); the exit code.
+  auto finish_session = [&] {
+    session_over = true;
+    ctx.interrupted = stop_signal != 0;
+    // Oracles that disagree (--oracle both) fail the run: the verdicts rest on an oracle in doubt.
+    ctx.rank_failure = backend.rank_failure();
+    ctx.exit_code = stop_signal          ? interrupt::exit_code(stop_signal)
+                    : tally.failed || tally.oracle_disagreements ? 1
+                    : tally.not_run + tally.cannot_run || ctx.rank_failure ? 3
+                                         : 0;
+    ctx.seconds = elapsed();
+    print_run_summary(ctx, tally, quiet);
+    if (ctx.rank_failure)
+      std::printf("stopped: rank %d %s: %s\n", ctx.rank_failure->rank, ctx.rank_failure->how.c_str(),
+                  ctx.rank_failure->message.c_str());
+    if (ctx.maxfail_reached)
+      std::printf("stopped after %lld failing cases (--maxfail %lld)\n", (long long)tally.failed, (long long)o.maxfail);
+    if (stop_signal)
+      std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
+                  stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",
+                  (long long)tally.cases, ctx.exit_code);
+    finish_outputs(ctx, tally, report ? &*report : nullptr, junit ? &*junit : nullptr, o.html);
+    return ctx.exit_code;
+  };
+  // A case that overruns is given up from the watch's thread (harness/stall_watch.hpp): the case
+  // recorded unfinished (after a signal: left out), the outputs written, the process ended there.
+  std::optional<double> signal_seen_s;
+  auto give_up_if_stalled = [&] {
+    std::lock_guard<std::mutex> lock(session_mu);
+    if (!in_flight || session_over) return;
+    const double now = elapsed();
+    const int sig = interrupt::pending();
+    if (sig && !signal_seen_s) signal_seen_s = now;
+    char why[160];
+    if (sig && now - *signal_seen_s >= o.stall_after_signal_s)
+      std::snprintf(why, sizeof why, "%.3g s after %s", now - *signal_seen_s, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    else if (!sig && hard_limit_s && now >= *hard_limit_s + o.stall_grace_s)
+      std::snprintf(why, sizeof why, "%.3g s past the hard time limit, 1.5 x --time-budget (%.3g s)", now - *hard_limit_s,
+                    *hard_limit_s);
+    else
+      return;
+    const std::string where = open_spans();
+    CaseRecord r = in_flight->r;
+    progress.finish();
+    std::printf("stopped: case %lld (%s) still running %s; given up, in flight: %s\n", (long long)r.index,
+                r.origin.c_str(), why, where.empty() ? "(no open span)" : where.c_str());
+    if (sig) {
+      stop_signal = sig;
+    } else {
+      if (in_flight->verdict) {  // judged: its shrinking is what did not end
+        r.v = *in_flight->verdict;
+        r.v.message += " (its shrinking did not finish)";
+      } else {
+        r.unfinished = true;
+        r.v = CaseVerdict{};
+        r.v.verdict = Verdict::not_run;
+        r.v.message = std::string("unfinished: still running ") + why + "; in flight: " + where;
+      }
+      tally.add(r);
+      if (report) report->add(r);
+      if (junit) junit->add(ctx, r);
+    }
+    const int code = finish_session();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);  // the stuck threads are never joined: no destructor may wait for them
+  };
+  std::optional<StallWatch> watch;
+  watch.emplace(give_up_if_stalled);
+
   if (o.shard.sharded() && !quiet)
     std::printf("shard %s: %lld of the %zu case files (positions j %% %lld == %lld)\n", o.shard.text().c_str(),
                 (long long)o.shard.share(static_cast<int64_t>(o.case_files.size())), o.case_files.size(),
@@ -514,29 +616,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
         break;
     }
   }
+  watch.reset();  // (before session_mu is taken for good: its check takes it too)
   progress.finish();
   interrupt::set_deadline(std::nullopt);
-
-  ctx.interrupted = stop_signal != 0;
-  // Oracles that disagree (--oracle both) fail the run: the verdicts rest on an oracle in doubt.
-  ctx.rank_failure = backend.rank_failure();
-  ctx.exit_code = stop_signal          ? interrupt::exit_code(stop_signal)
-                  : tally.failed || tally.oracle_disagreements ? 1
-                  : tally.not_run + tally.cannot_run || ctx.rank_failure ? 3
-                                       : 0;
-  ctx.seconds = elapsed();
-  print_run_summary(ctx, tally, quiet);
-  if (ctx.rank_failure)
-    std::printf("stopped: rank %d %s: %s\n", ctx.rank_failure->rank, ctx.rank_failure->how.c_str(),
-                ctx.rank_failure->message.c_str());
-  if (ctx.maxfail_reached)
-    std::printf("stopped after %lld failing cases (--maxfail %lld)\n", (long long)tally.failed, (long long)o.maxfail);
-  if (stop_signal)
-    std::printf("interrupted by %s after %lld cases: the report and JUnit hold the cases done (exit %d)\n",
-                stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "a signal",
-                (long long)tally.cases, ctx.exit_code);
-  finish_outputs(ctx, tally, report ? &*report : nullptr, junit ? &*junit : nullptr, o.html);
-  return ctx.exit_code;
+  std::lock_guard<std::mutex> lock(session_mu);
+  return finish_session();
 }
 
 int run_shrink(const std::string& file, const std::string& backend_spec, const BackendOptions& bopt,

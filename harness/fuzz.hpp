@@ -47,6 +47,12 @@ struct SessionOptions {
   // unsharded run gives it (report index, case-<index>.json), so the shards' reports merge into it.
   Shard shard;
   int world_size = 1;                    // processes of the run: the MPI world size under --comm mpi
+  // A case still running stall_grace_s after the hard time limit (1.5 x --time-budget), or
+  // stall_after_signal_s after SIGINT/SIGTERM, is given up (harness/stall_watch.hpp): the report and
+  // JUnit are written (the case unfinished; after a signal left out, as a signal leaves the case in
+  // flight), where each thread was is printed, and the process exits with the session's code.
+  double stall_grace_s = 60;
+  double stall_after_signal_s = 10;
   std::vector<std::string> rank_devices; // --backend cuda --comm mpi: each rank's GPU (rank_devices.hpp's describe)
 };
 
@@ -88,7 +94,8 @@ std::string paths_text(const std::vector<Path>& paths);
 // and none failed, 130 / 143 stopped by SIGINT / SIGTERM: the report and JUnit then hold the
 // cases done, marked interrupted). InvalidInput (exit 2) and Unavailable (exit 3) propagate; a
 // --report or --junit path that cannot be written is InvalidInput before the first case. The
-// report and JUnit are streamed to disk as cases finish (harness/report.hpp).
+// report and JUnit are streamed to disk as cases finish (harness/report.hpp). A case that overruns
+// (SessionOptions::stall_grace_s) ends the process from another thread, after writing them.
 int run_session(const SessionOptions& o);
 // The same on a backend made by the caller (o.backend and o.backend_opt are not used).
 int run_session(const SessionOptions& o, Backend& backend);

@@ -139,7 +139,10 @@ static CaseVerdict run_case_stages(const Case& c, const PreparedCase pc, double 
     cpu = make_cpu_oracle();
     oracle = cpu.get();
   }
-  CaseVerdict v = judge(pc, run.result, *oracle);
+  CaseVerdict v = [&] {
+    const TraceSpan span("judge");
+    return judge(pc, run.result, *oracle);
+  }();
   v.generate_s = generate_s;
   v.backend_s = backend_s;
   // --repeat: the same case again; a run that throws is the case's crash, like the first one.

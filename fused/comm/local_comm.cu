@@ -8,6 +8,7 @@
 #include "fused/comm/comm.hpp"
 #include "fused/comm/host_barrier.hpp"
 #include "fused/cuda_check.hpp"
+#include "core/trace.hpp"
 
 namespace dsa::fused {
 
@@ -91,6 +92,7 @@ void LocalMember::publish(const void* p, cudaStream_t s) {
 }
 
 void LocalMember::allgather(const void* send, void* recv, size_t bytes, cudaStream_t s) {
+  const TraceSpan span("fused: local all-gather");
   publish(send, s);
   for (int r = 0; r < size(); ++r)
     if (bytes)
@@ -101,6 +103,7 @@ void LocalMember::allgather(const void* send, void* recv, size_t bytes, cudaStre
 }
 
 void LocalMember::reduce_scatter(const float* send, float* recv, size_t count, cudaStream_t s) {
+  const TraceSpan span("fused: local reduce-scatter");
   publish(send, s);
   std::vector<const float*> src;
   for (int r = 0; r < size(); ++r) src.push_back(static_cast<const float*>(g_.ptr_[r]) + rank_ * count);
@@ -110,6 +113,7 @@ void LocalMember::reduce_scatter(const float* send, float* recv, size_t count, c
 }
 
 void LocalMember::allreduce_sum(float* buf, size_t count, cudaStream_t s) {
+  const TraceSpan span("fused: local all-reduce");
   if (tmp_count_ < count) {
     if (tmp_) DSA_CUDA_CHECK(cudaFree(tmp_));
     DSA_CUDA_CHECK(cudaMalloc(&tmp_, count * sizeof(float)));

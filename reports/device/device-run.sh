@@ -6,7 +6,9 @@
 # Stages: tests (fused_tests, the GPU oracle's tests, the cuda harness tests and the cuda CLI tests),
 # oraclebench (the GPU oracle at DeepSeek-V3.2 and GLM-5 shape), fwdbench (attention forward only, S = 4096),
 # bench (every fused benchmark), fuzz (nightly for NIGHTLY_S seconds with --oracle $ORACLE),
-# fuzzcpu / fuzzgpu (the same nightly with --oracle cpu / gpu), production (PROD_S seconds),
+# fuzzcpu / fuzzgpu (the same nightly with --oracle cpu / gpu; NIGHTLY_SEEDS="a b": one run per seed,
+# fuzz-nightly-<oracle>-seed<s>.*; a run whose report stops growing gets a stall dump, stall_dump below),
+# production (PROD_S seconds),
 # replay (the corpus cases/), both (the nightly for BOTH_S seconds with --oracle both: the agreement table),
 # cases (replay of the case files under CASES, e.g. a carried scratch folder), mutant (the kernel mutants
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
@@ -73,6 +75,31 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT= ${CUDA_ARCHS:+-DCMA
 echo "built $(date -u +%T) ($SECONDS s)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $OUT/nvidia-smi.csv 2>&1
 pack
+# stall_dump PID REPORT PREFIX: when PID's streamed report (REPORT.partial-*) has not grown for
+# STALL_DUMP_S (40) seconds, what each of its threads is doing (gdb's backtraces where gdb is
+# installed, else the kernel's wchan and stack of each task) and the GPU's load, into PREFIX-*.txt,
+# once: the session's own stall watch then ends it, but only says which phase each thread was in.
+stall_dump() {
+  local pid=$1 rep=$2 prefix=$3 last=-1 still=0
+  while kill -0 $pid 2>/dev/null; do
+    sleep 5
+    local size=$(cat $rep.partial-* 2>/dev/null | wc -c)
+    if [ "$size" = "$last" ]; then still=$((still + 5)); else still=0; last=$size; fi
+    [ $still -lt ${STALL_DUMP_S:-40} ] && continue
+    nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv > $prefix-gpu.txt 2>&1
+    if command -v gdb > /dev/null; then
+      timeout 60 gdb -p $pid -batch -ex "thread apply all bt" > $prefix-stacks.txt 2>&1
+    fi
+    for t in /proc/$pid/task/*; do
+      echo "== $t $(cat $t/comm 2>/dev/null) wchan=$(cat $t/wchan 2>/dev/null) syscall=$(cut -d' ' -f1 $t/syscall 2>/dev/null)"
+      cat $t/stack 2>/dev/null
+    done > $prefix-tasks.txt 2>&1
+    sleep 5
+    nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv >> $prefix-gpu.txt 2>&1
+    echo "stall dump: $prefix-*.txt (report still for $still s)"
+    return
+  done
+}
 run_stage() {
   case $1 in
     tests)
@@ -135,8 +162,16 @@ run_stage() {
       tail -c 1500 $OUT/gpu-oracle-bench.json ;;
     fuzz|fuzzcpu|fuzzgpu)
       o=$ORACLE; [ $stage = fuzzcpu ] && o=cpu; [ $stage = fuzzgpu ] && o=gpu
-      ./build/dsa-parity fuzz --backend cuda --oracle $o --profile nightly --seed $SEED --time-budget $NIGHTLY_S \
-        --report $OUT/fuzz-nightly-$o.json > $OUT/fuzz-nightly-$o.log 2>&1; echo "exit $?"; tail -8 $OUT/fuzz-nightly-$o.log ;;
+      for s in ${NIGHTLY_SEEDS:-$SEED}; do
+        f=fuzz-nightly-$o; [ -n "$NIGHTLY_SEEDS" ] && f=$f-seed$s
+        ./build/dsa-parity fuzz --backend cuda --oracle $o --profile nightly --seed $s --time-budget $NIGHTLY_S \
+          --report $OUT/$f.json > $OUT/$f.log 2>&1 &
+        pid=$!
+        stall_dump $pid $OUT/$f.json $OUT/$f-stall &
+        dumper=$!
+        wait $pid; echo "exit $? (seed $s)"; kill $dumper 2>/dev/null; wait $dumper 2>/dev/null
+        tail -8 $OUT/$f.log; grep -h "^stopped:" $OUT/$f.log
+      done ;;
     production)
       ./build/dsa-parity fuzz --backend cuda --oracle $ORACLE --profile production --seed $SEED --time-budget $PROD_S \
         --report $OUT/fuzz-production.json > $OUT/fuzz-production.log 2>&1; echo "exit $?"; tail -6 $OUT/fuzz-production.log ;;
