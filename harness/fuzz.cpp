@@ -361,7 +361,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // and the case in flight, so that a case that never returns can be written up from there.
   std::mutex session_mu;
   struct InFlight {
-    CaseRecord r;                        // its identity (verdict not set)
+    CaseRecord r;                        // its identity; once it failed, its case file and repro lines
     std::optional<CaseVerdict> verdict;  // once judged (its shrinking may still run)
   };
   std::optional<InFlight> in_flight;
@@ -398,16 +398,18 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.name = case_name(file, c);
     r.c = c;
     r.case_file = file;
-    const auto set_in_flight = [&](bool on) {
+    {
       std::lock_guard<std::mutex> lock(session_mu);
-      if (on) in_flight = InFlight{r, std::nullopt};
-      else in_flight.reset();
-    };
-    set_in_flight(true);
+      in_flight = InFlight{r, std::nullopt};
+    }
     struct Landed {  // the case is not in flight once run_one returns, however it returns
-      std::function<void(bool)> set;
-      ~Landed() { set(false); }
-    } landed{set_in_flight};
+      std::mutex& mu;
+      std::optional<InFlight>& in_flight;
+      ~Landed() {
+        std::lock_guard<std::mutex> lock(mu);
+        in_flight.reset();
+      }
+    } landed{session_mu, in_flight};
     try {
       r.v = run_case(c, backend, oracle.get(), o.repeat, &prefetch);
       std::lock_guard<std::mutex> lock(session_mu);
