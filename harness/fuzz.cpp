@@ -560,6 +560,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     const int code = finish_session();
     std::fflush(stdout);
     std::fflush(stderr);
+    interrupt::kill_groups();  // no backend process outlives the session (exec:, exec2: workers)
     std::_Exit(code);  // the stuck threads are never joined: no destructor may wait for them
   };
   std::optional<StallWatch> watch;
