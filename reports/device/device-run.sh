@@ -10,7 +10,8 @@
 # fuzz-nightly-<oracle>-seed<s>.*; a run whose report stops growing gets a stall dump, stall_dump below),
 # production (PROD_S seconds),
 # replay (the corpus cases/), both (the nightly for BOTH_S seconds with --oracle both: the agreement table),
-# cases (replay of the case files under CASES, e.g. a carried scratch folder), mutant (the kernel mutants
+# cases (replay of the case files under CASES, e.g. a carried scratch folder), stallhunt (the seed-115
+# stall's cases replayed HUNT_ROUNDS times with stall dumps, then under compute-sanitizer), mutant (the kernel mutants
 # named in MUTANTS through tools/kernel_mutants.sh), torch (the Python package's tests with torch, then the
 # PyTorch example on the device through exec2). A build already in build/ is reused (the machine keeps it
 # while warm; TARGETS overrides the targets built). repeat: the nightly with --repeat $REPEAT for REPEAT_S seconds (determinism checked).
@@ -179,6 +180,30 @@ run_stage() {
       ./build/dsa-parity fuzz --backend cuda --oracle both --profile nightly --seed $SEED --time-budget $BOTH_S \
         --report $OUT/fuzz-nightly-both.json > $OUT/fuzz-nightly-both.log 2>&1; echo "exit $?"
       grep -A40 "oracle agreement" $OUT/fuzz-nightly-both.log | head -40; grep -E "passed|case time" $OUT/fuzz-nightly-both.log | tail -3 ;;
+    stallhunt)
+      # The cases in flight when the nightly at seed 115 stalled (25th session; the CPU draw of random
+      # #160-#162 as case files), replayed in order with the backend running ahead of the GPU oracle's
+      # judge, HUNT_ROUNDS (20) times, each round capped at 90 s (SIGTERM: the stall watch then writes
+      # its report, naming each thread's phase) with a stall dump; then each case alone under
+      # compute-sanitizer's initcheck (device memory read before it was written) and racecheck.
+      d=$(mktemp -d); cp reports/device/2026-12-07-s25-seed115-random-*.json $d/
+      for k in $(seq ${HUNT_ROUNDS:-20}); do
+        timeout -s TERM -k 30 90 ./build/dsa-parity replay $d --backend cuda --oracle gpu --report $OUT/hunt-$k.json \
+          > $OUT/hunt-$k.log 2>&1 &
+        pid=$!
+        stall_dump $pid $OUT/hunt-$k.json $OUT/hunt-$k-stall &
+        dumper=$!
+        wait $pid; rc=$?; kill $dumper 2>/dev/null; wait $dumper 2>/dev/null
+        echo "round $k exit $rc"; grep -h "^stopped:" $OUT/hunt-$k.log
+      done
+      cs=$(command -v compute-sanitizer || echo ${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer)
+      for f in $d/*.json; do
+        for tool in initcheck racecheck; do
+          timeout 150 $cs --tool $tool --error-exitcode 9 ./build/dsa-parity repro $f --backend cuda --oracle cpu \
+            > $OUT/sanitizer-$tool-$(basename $f .json).log 2>&1
+          echo "$tool $(basename $f .json): exit $?"
+        done
+      done ;;
     cases)
       ./build/dsa-parity replay $CASES --backend cuda --oracle $ORACLE --report $OUT/cases.json > $OUT/cases.log 2>&1
       echo "exit $?"; tail -8 $OUT/cases.log ;;
