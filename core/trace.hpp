@@ -16,8 +16,8 @@ namespace dsa {
 bool tracing();
 
 // The spans open right now, outermost first, for each thread with one open (numbered in the order
-// their open spans began): "thread 1: backend 212 s > fused: device work 212 s; thread 2: exact
-// oracle: indexer 3.1 s". Empty when none is open.
+// their open spans began): "thread 1: backend 212 s; thread 2: fused: rank 212 s > fused: local
+// all-gather 211 s". Empty when none is open.
 std::string open_spans();
 
 // [construction, destruction) on the calling thread, named by a string literal.

@@ -16,7 +16,7 @@ namespace dsa {
 
 class StallWatch {
  public:
-  StallWatch(std::function<void()> check, double every_s = 0.25);
+  explicit StallWatch(std::function<void()> check, double every_s = 0.25);
   ~StallWatch();  // stops calling check (waits for a call in progress)
   StallWatch(const StallWatch&) = delete;
   StallWatch& operator=(const StallWatch&) = delete;
