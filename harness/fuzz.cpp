@@ -365,14 +365,15 @@ int run_session(const SessionOptions& o, Backend& backend) {
     std::optional<CaseVerdict> verdict;  // once judged (its shrinking may still run)
   };
   std::optional<InFlight> in_flight;
-  bool session_over = false;  // the summary and outputs are being written: nothing more is recorded
 
-  auto record = [&](CaseRecord& r) {
-    std::lock_guard<std::mutex> lock(session_mu);
-    if (session_over) return;
+  auto record_locked = [&](const CaseRecord& r) {  // session_mu held
     tally.add(r);
     if (report) report->add(r);
     if (junit) junit->add(ctx, r);
+  };
+  auto record = [&](CaseRecord& r) {
+    std::lock_guard<std::mutex> lock(session_mu);
+    record_locked(r);
     progress.update(tally.cases, tally.failed, tally.passed);
   };
   // The name a case keeps from run to run (JUnit): its corpus file, or a hash of its JSON.
@@ -497,7 +498,6 @@ int run_session(const SessionOptions& o, Backend& backend) {
 
   // The summary, the report and JUnit (session_mu held); the exit code.
   auto finish_session = [&] {
-    session_over = true;
     ctx.interrupted = stop_signal != 0;
     // Oracles that disagree (--oracle both) fail the run: the verdicts rest on an oracle in doubt.
     ctx.rank_failure = backend.rank_failure();
@@ -524,7 +524,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   std::optional<double> signal_seen_s;
   auto give_up_if_stalled = [&] {
     std::lock_guard<std::mutex> lock(session_mu);
-    if (!in_flight || session_over) return;
+    if (!in_flight) return;
     const double now = elapsed();
     const int sig = interrupt::pending();
     if (sig && !signal_seen_s) signal_seen_s = now;
@@ -553,9 +553,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
         r.v.verdict = Verdict::not_run;
         r.v.message = std::string("unfinished: still running ") + why + "; in flight: " + where;
       }
-      tally.add(r);
-      if (report) report->add(r);
-      if (junit) junit->add(ctx, r);
+      record_locked(r);
     }
     const int code = finish_session();
     std::fflush(stdout);

@@ -101,6 +101,18 @@ stall_dump() {
     return
   done
 }
+# run_watched REPORT LOG CMD...: CMD (writing its streamed report to REPORT) with its output in LOG,
+# under stall_dump (dumps as REPORT without .json, then -stall-*.txt); returns CMD's exit code.
+run_watched() {
+  local rep=$1 log=$2; shift 2
+  "$@" > "$log" 2>&1 &
+  local pid=$!
+  stall_dump $pid "$rep" "${rep%.json}-stall" &
+  local dumper=$! rc
+  wait $pid; rc=$?
+  kill $dumper 2>/dev/null; wait $dumper 2>/dev/null
+  return $rc
+}
 run_stage() {
   case $1 in
     tests)
@@ -165,13 +177,9 @@ run_stage() {
       o=$ORACLE; [ $stage = fuzzcpu ] && o=cpu; [ $stage = fuzzgpu ] && o=gpu
       for s in ${NIGHTLY_SEEDS:-$SEED}; do
         f=fuzz-nightly-$o; [ -n "$NIGHTLY_SEEDS" ] && f=$f-seed$s
-        ./build/dsa-parity fuzz --backend cuda --oracle $o --profile nightly --seed $s --time-budget $NIGHTLY_S \
-          --report $OUT/$f.json > $OUT/$f.log 2>&1 &
-        pid=$!
-        stall_dump $pid $OUT/$f.json $OUT/$f-stall &
-        dumper=$!
-        wait $pid; echo "exit $? (seed $s)"; kill $dumper 2>/dev/null; wait $dumper 2>/dev/null
-        tail -8 $OUT/$f.log; grep -h "^stopped:" $OUT/$f.log
+        run_watched $OUT/$f.json $OUT/$f.log ./build/dsa-parity fuzz --backend cuda --oracle $o --profile nightly \
+          --seed $s --time-budget $NIGHTLY_S --report $OUT/$f.json
+        echo "exit $? (seed $s)"; tail -8 $OUT/$f.log; grep -h "^stopped:" $OUT/$f.log
       done ;;
     production)
       ./build/dsa-parity fuzz --backend cuda --oracle $ORACLE --profile production --seed $SEED --time-budget $PROD_S \
@@ -188,13 +196,9 @@ run_stage() {
       # compute-sanitizer's initcheck (device memory read before it was written) and racecheck.
       d=$(mktemp -d); cp reports/device/2026-12-07-s25-seed115-random-*.json $d/
       for k in $(seq ${HUNT_ROUNDS:-20}); do
-        timeout -s TERM -k 30 90 ./build/dsa-parity replay $d --backend cuda --oracle gpu --report $OUT/hunt-$k.json \
-          > $OUT/hunt-$k.log 2>&1 &
-        pid=$!
-        stall_dump $pid $OUT/hunt-$k.json $OUT/hunt-$k-stall &
-        dumper=$!
-        wait $pid; rc=$?; kill $dumper 2>/dev/null; wait $dumper 2>/dev/null
-        echo "round $k exit $rc"; grep -h "^stopped:" $OUT/hunt-$k.log
+        run_watched $OUT/hunt-$k.json $OUT/hunt-$k.log timeout -s TERM -k 30 90 ./build/dsa-parity replay $d \
+          --backend cuda --oracle gpu --report $OUT/hunt-$k.json
+        echo "round $k exit $?"; grep -h "^stopped:" $OUT/hunt-$k.log
       done
       cs=$(command -v compute-sanitizer || echo ${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer)
       for f in $d/*.json; do
