@@ -363,6 +363,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   struct InFlight {
     CaseRecord r;                        // its identity; once it failed, its case file and repro lines
     std::optional<CaseVerdict> verdict;  // once judged (its shrinking may still run)
+    double started_s = 0;                // elapsed() when it started (--case-timeout)
   };
   std::optional<InFlight> in_flight;
 
@@ -401,7 +402,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
     r.case_file = file;
     {
       std::lock_guard<std::mutex> lock(session_mu);
-      in_flight = InFlight{r, std::nullopt};
+      in_flight = InFlight{r, std::nullopt, elapsed()};
     }
     struct Landed {  // the case is not in flight once run_one returns, however it returns
       std::mutex& mu;
@@ -534,6 +535,9 @@ int run_session(const SessionOptions& o, Backend& backend) {
     else if (!sig && hard_limit_s && now >= *hard_limit_s + o.stall_grace_s)
       std::snprintf(why, sizeof why, "%.3g s past the hard time limit, 1.5 x --time-budget (%.3g s)", now - *hard_limit_s,
                     *hard_limit_s);
+    else if (!sig && o.case_timeout_s > 0 && !in_flight->verdict && now - in_flight->started_s >= o.case_timeout_s)
+      std::snprintf(why, sizeof why, "after %.3g s, past --case-timeout (%.3g s)", now - in_flight->started_s,
+                    o.case_timeout_s);
     else
       return;
     const std::string where = open_spans();

@@ -53,6 +53,9 @@ struct SessionOptions {
   // flight), where each thread was is printed, and the process exits with the session's code.
   double stall_grace_s = 60;
   double stall_after_signal_s = 10;
+  // --case-timeout: a case not yet judged this many seconds after it started is given up the same
+  // way (recorded unfinished, exit 3), with or without --time-budget; 0: no such limit.
+  double case_timeout_s = 0;
   std::vector<std::string> rank_devices; // --backend cuda --comm mpi: each rank's GPU (rank_devices.hpp's describe)
 };
 

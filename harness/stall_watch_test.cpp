@@ -125,6 +125,33 @@ TEST(StallWatch, CaseStuckAfterSigtermEndsTheSessionWith143AndItsReport) {
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
 }
 
+// --case-timeout: without any time budget, the case not judged after that long is given up the
+// same way, its message naming the limit; the cases before it keep their verdicts.
+TEST(StallWatch, CaseStuckPastCaseTimeoutIsRecordedUnfinishedWithoutATimeBudget) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string d = scratch_dir();
+  SessionOptions o = smoke_session(d);
+  o.cases = 32;
+  o.case_timeout_s = 1.0;  // a smoke case takes milliseconds
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(
+      {
+        StuckBackend backend(2, 0);
+        run_session(o, backend);
+      },
+      ::testing::ExitedWithCode(3), "");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 30) << "the watch must end the session soon after --case-timeout";
+  const json r = read_json(o.report);
+  ASSERT_EQ(r["cases"].size(), 2u) << r.dump(1);
+  EXPECT_EQ(r["cases"][0]["verdict"], "pass");
+  EXPECT_EQ(r["cases"][1]["verdict"], "not-run");
+  const std::string msg = r["cases"][1].value("message", "");
+  EXPECT_NE(msg.find("past --case-timeout (1 s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("backend"), std::string::npos) << "where it was stuck: " << msg;
+  DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
+}
+
 // The watch's own contract: it calls check until destroyed, and its destructor returns promptly.
 TEST(StallWatch, CallsItsCheckUntilDestroyed) {
   std::atomic<int> calls{0};

@@ -405,6 +405,8 @@ TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
       {"fuzz --backend lowp --time-budget 0", "--time-budget"},
       {"fuzz --backend lowp --seed x", "--seed"},
       {"fuzz --backend lowp --exec-timeout 0", "--exec-timeout"},
+      {"fuzz --backend lowp --case-timeout 0", "--case-timeout"},
+      {"replay " + q(d) + " --backend lowp --case-timeout -3", "--case-timeout"},
       {"fuzz --backend lowp --corpus /nonexistent/dir", "--corpus"},
       {"replay /nonexistent/dir --backend lowp", "DIR"},
       {"replay " + q(d) + " --backend lowp", "DIR"},
@@ -478,7 +480,8 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   };
   const std::set<std::string> session =
       with(limits, {"--backend", "--oracle", "--comm", "--exec-timeout", "--rank-timeout", "--report", "--junit", "--require-device",
-                    "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose", "--repeat"});
+                    "--html", "--maxfail", "--keep-worst", "--progress-every", "--quiet", "--verbose", "--repeat",
+                    "--case-timeout"});
   EXPECT_EQ(registered.at("fuzz"),
             with(session, {"--seed", "--cases", "--time-budget", "--profile", "--corpus", "--path", "--cp", "--shrink", "--shard"}));
   EXPECT_EQ(registered.at("repro"), with(session, {}));
@@ -494,7 +497,8 @@ TEST(Cli, HelpOfEverySubcommandListsEveryFlagItRegisters) {
   const std::string fuzz = dsa("help fuzz", d).out;
   for (const char* shown : {"--seed S=1", "--profile smoke|default|nightly|production=default", "--backend B=auto",
                             "--oracle cpu|gpu|both|auto=cpu", "--comm nccl|local|auto|mpi=auto", "--path absorbed|explicit|any|auto=auto",
-                            "--exec-timeout SEC=600", "--rank-timeout SEC=300", "--max-pairs N=2147483648", "--repeat N=1"})
+                            "--exec-timeout SEC=600", "--rank-timeout SEC=300", "--max-pairs N=2147483648", "--repeat N=1",
+                            "--case-timeout SEC=none"})
     EXPECT_NE(fuzz.find(shown), std::string::npos) << shown << "\n" << fuzz;
 }
 

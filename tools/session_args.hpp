@@ -40,6 +40,7 @@ inline constexpr bool kMpiBuilt = false;
 
 struct SessionFlags {
   std::string backend = "auto", oracle = "cpu", comm = "auto", exec_timeout = "600", rank_timeout = "300", report, junit;
+  std::string case_timeout;  // "": no limit
   std::string html, maxfail = "0", keep_worst = "10", progress_every = "30", repeat = "1";
   bool require_device = false, quiet = false, verbose = false;
   LimitFlags limits;
@@ -56,6 +57,12 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
   add_comm_flag(app, f.comm);
   add_value(app, "--exec-timeout", f.exec_timeout, "exec:/exec2: backends: the time limit of one case, in seconds",
             "SEC")
+      ->check(seconds_value());
+  add_value(app, "--case-timeout", f.case_timeout,
+            "in-process backends and oracles: a case still not judged after SEC seconds is given up (recorded "
+            "unfinished, not-run), the report written, and the run ends with exit 3 (a stuck kernel or lock "
+            "cannot be stopped and the next case run beside it)",
+            "SEC", "none")
       ->check(seconds_value());
   add_value(app, "--rank-timeout", f.rank_timeout,
             "--comm mpi: the longest one case (and the start handshake) may take on the ranks; past it the run "
@@ -95,6 +102,7 @@ inline SessionOptions session_options(const SessionFlags& f, const std::string& 
   o.oracle = f.oracle;
   o.backend_opt.exec_timeout_s = parse_double(f.exec_timeout, "--exec-timeout");
   o.backend_opt.rank_timeout_s = parse_double(f.rank_timeout, "--rank-timeout");
+  if (!f.case_timeout.empty()) o.case_timeout_s = parse_double(f.case_timeout, "--case-timeout");
   check_comm(o.backend, o.backend_opt.comm, kMpiBuilt);  // bad usage before anything runs
   o.report = f.report;
   o.junit = f.junit;
