@@ -39,6 +39,7 @@ constexpr int ATOMS = 9;                        // 64-column atom columns of the
 constexpr int H_ATOM = HB * 128;                // one atom column of a 64-row (head) tile
 constexpr int K_ATOM = BN * 128;                // one atom column of a 32-row (key) tile
 constexpr int NTHREADS = 256;
+static_assert(HB == 64, "wgmma::load_head_block loads 64-row head blocks");
 [[maybe_unused]] constexpr int DQ_SPLIT = 5;    // warpgroup 0's dQ~ atoms; warpgroup 1 has the other 4
 [[maybe_unused]] constexpr int DK_SPLIT = 4;    // warpgroup 0's dK~ slices; warpgroup 1 has the other 5
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
@@ -60,20 +61,6 @@ constexpr int SMEM_BYTES = OFF_IDX + 2 * BN * (int)sizeof(int32_t) + 1024;  // +
 static_assert(HB * BN * sizeof(float) == H_ATOM, "the dP hand-over fills the P tile exactly");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// Rows [0, 64) of a head-major operand (Q~ or dO_lat of heads h0..), `atoms` atom columns, swizzled;
-// zeros past H and past `width` columns.
-__device__ __forceinline__ void load_head_tile(unsigned char* dst, const bf16* __restrict__ src, int64_t row, int h0,
-                                               int H, int width, int atoms) {
-  for (int i = threadIdx.x; i < HB * atoms * 8; i += NTHREADS) {
-    const int r = i / (atoms * 8), ch = i - r * (atoms * 8), col = ch * 8;
-    unsigned char* d = dst + (ch >> 3) * H_ATOM + wgmma::swizzled(r, ch & 7);
-    if (h0 + r >= H || col >= width)
-      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    else
-      mma::cp_async16(d, src + (row * H + h0 + r) * width + col);
-  }
-}
 
 // The key of this thread's row of tile `tile` (its slot's sel entry; 0 past the count, never read).
 __device__ __forceinline__ int32_t tile_key(const int32_t* __restrict__ sel, int tile, int cnt) {
@@ -364,8 +351,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_backward_sm90_kernel(At
   // Warp-uniform to the compiler (a broadcast), or it serializes every wgmma after the role branch.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);
 
-  load_head_tile(sm.Q, a.Qt, row, h0, a.H, a.C + a.R, ATOMS);
-  load_head_tile(sm.dO, a.dO_lat, row, h0, a.H, a.C, LAT_ATOMS);
+  wgmma::load_head_block<NTHREADS>(sm.Q, a.Qt, row, h0, a.H, a.C + a.R, ATOMS);
+  wgmma::load_head_block<NTHREADS>(sm.dO, a.dO_lat, row, h0, a.H, a.C, LAT_ATOMS);
   if (cnt > 0) load_key_tile(sm.K[0], sm.idx, tile_key(a.sel + (int64_t)row * a.K, 0, cnt), 0, cnt, a);
   mma::cp_async_commit();
   for (int h = threadIdx.x; h < HB; h += NTHREADS) {

@@ -36,6 +36,7 @@ constexpr int ATOMS = 9;                               // 64-column atom columns
 constexpr int ATOM_BYTES = 64 * 128;                   // one atom column of a 64-row tile
 constexpr int TILE_BYTES = ATOMS * ATOM_BYTES;
 constexpr int NTHREADS = 384;
+static_assert(HB == 64, "wgmma::load_head_block loads 64-row head blocks");
 [[maybe_unused]] constexpr int kSplit = 4;             // atoms of part L of a key buffer (latent 0–255)
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 [[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
@@ -58,19 +59,6 @@ constexpr int OFF_BAR = OFF_SUM + 2 * HB * (int)sizeof(float);
 constexpr int SMEM_BYTES = OFF_BAR + 8 * (int)sizeof(uint64_t) + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// The 64 heads h0.. of query row `row` (zeros past H), swizzled, by every thread of the CTA.
-__device__ __forceinline__ void load_query_tile(unsigned char* dst, const bf16* __restrict__ Qt, int64_t row, int h0,
-                                                int H, int D) {
-  for (int i = threadIdx.x; i < HB * ATOMS * 8; i += NTHREADS) {
-    const int r = i / (ATOMS * 8), ch = i - r * (ATOMS * 8), col = ch * 8;
-    unsigned char* d = dst + (ch >> 3) * ATOM_BYTES + wgmma::swizzled(r, ch & 7);
-    if (h0 + r >= H || col >= D)
-      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    else
-      mma::cp_async16(d, Qt + (row * H + h0 + r) * D + col);
-  }
-}
 
 // The producer's share of atoms [a0, a1) of a 64-key block: thread p copies 16-byte chunk p % 8 of
 // rows p / 8 + 16·i; key t[i] of the row, zeros where the slot is past the count or the column past
@@ -366,7 +354,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) attention_forward_sm90_kernel(Att
 
   if (threadIdx.x == 0)
     for (int i = 0; i < 8; ++i) pipeline::mbarrier_init(&ready[i], 128);
-  load_query_tile(sQ, a.Qt, row, h0, a.H, a.C + a.R);
+  wgmma::load_head_block<NTHREADS>(sQ, a.Qt, row, h0, a.H, a.C + a.R, ATOMS);
   mma::cp_async_commit();
   mma::cp_async_wait_all();
   wgmma::fence_proxy_async();  // Q~ and its zero fills, seen by the async proxy

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
 #include "fused/mma.cuh"
 
 namespace dsa::fused::wgmma {
@@ -25,6 +27,23 @@ namespace dsa::fused::wgmma {
 // Byte offset of 16-byte chunk `chunk` (of 8 per atom row) of row r in a swizzled atom column.
 __device__ __forceinline__ uint32_t swizzled(int r, int chunk) {
   return static_cast<uint32_t>(r) * 128u + (static_cast<uint32_t>(chunk ^ (r & 7)) << 4);
+}
+
+// Rows [0, 64) of a head-major operand (heads h0.. of query row `row`: Q~, dO_lat), `atoms` atom
+// columns of 64 × 128 B, swizzled, by every one of the CTA's NTHREADS threads (cp.async, not
+// waited for); zeros past H and past `width` columns.
+template <int NTHREADS>
+__device__ __forceinline__ void load_head_block(unsigned char* dst, const __nv_bfloat16* __restrict__ src, int64_t row,
+                                                int h0, int H, int width, int atoms) {
+  constexpr int kRows = 64, kAtomBytes = kRows * 128;
+  for (int i = threadIdx.x; i < kRows * atoms * 8; i += NTHREADS) {
+    const int r = i / (atoms * 8), ch = i - r * (atoms * 8), col = ch * 8;
+    unsigned char* d = dst + (ch >> 3) * kAtomBytes + swizzled(r, ch & 7);
+    if (h0 + r >= H || col >= width)
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    else
+      mma::cp_async16(d, src + (row * H + h0 + r) * width + col);
+  }
 }
 
 // Descriptor of a 128-byte-swizzled operand starting at p (shared memory).
