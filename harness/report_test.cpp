@@ -15,6 +15,7 @@
 #include "harness/report_read.hpp"
 #include "harness/schema_testing.hpp"
 #include "core/errors.hpp"
+#include "core/test_dirs.hpp"
 
 namespace dsa {
 namespace {
@@ -222,14 +223,7 @@ class AbsorbedOnlyBackend final : public Backend {
   std::unique_ptr<Backend> lowp_ = make_reference_backend("lowp", Precision::bf16);
 };
 
-std::string scratch_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto p = std::filesystem::temp_directory_path() /
-                 ("dsa-report-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
-}
+std::string scratch_dir() { return test_dirs::scratch_dir("dsa-report"); }
 
 json read_report(const std::string& path) {
   std::ifstream f(path);

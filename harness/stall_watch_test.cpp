@@ -4,8 +4,6 @@
 // ends its own process.
 #include "harness/stall_watch.hpp"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -20,6 +18,7 @@
 #include "harness/fuzz.hpp"
 #include "harness/schema_testing.hpp"
 #include "core/errors.hpp"
+#include "core/test_dirs.hpp"
 
 namespace dsa {
 namespace {
@@ -49,14 +48,7 @@ class StuckBackend final : public Backend {
 
 // Named without the pid: the death test's child (a new process running the same test) must
 // write where the parent reads.
-std::string scratch_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto p = std::filesystem::temp_directory_path() /
-                 ("dsa-stall-" + std::to_string(getuid()) + "-" + info->test_suite_name() + "-" + info->name());
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
-}
+std::string scratch_dir() { return test_dirs::scratch_dir("dsa-stall", test_dirs::Who::user); }
 
 SessionOptions smoke_session(const std::string& dir) {
   SessionOptions o;

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/test_dirs.hpp"
+
 namespace dsa::cli_testing {
 
 inline std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
@@ -55,13 +57,6 @@ inline Outcome run_in(const std::string& dir, const std::string& line) {
 }
 
 // A fresh folder per test, named prefix-pid-suite-test (ctest runs tests in parallel processes).
-inline std::string scratch(const std::string& prefix) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::filesystem::path p = std::filesystem::temp_directory_path() /
-      (prefix + "-" + std::to_string(getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
-}
+inline std::string scratch(const std::string& prefix) { return dsa::test_dirs::scratch_dir(prefix); }
 
 }  // namespace dsa::cli_testing
