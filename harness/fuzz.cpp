@@ -337,7 +337,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
   // judge, nor --comm mpi, whose ranks' runs are collectives of their own. Decided before the report
   // opens: its context records it.
   CasePrefetch prefetch;
-  if (const double limit = backend_ahead_limit(*oracle); limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
+  if (const double limit = o.backend_ahead_bytes ? *o.backend_ahead_bytes : backend_ahead_limit(*oracle);
+      limit > 0 && o.repeat == 1 && o.backend_opt.comm != "mpi") {
     prefetch.run_backends_ahead(backend, limit, oracle.get());
     ctx.backend_ahead = true;
     if (!quiet)

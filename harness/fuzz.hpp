@@ -56,6 +56,10 @@ struct SessionOptions {
   // --case-timeout: a case not yet judged this many seconds after it started is given up the same
   // way (recorded unfinished, exit 3), with or without --time-budget; 0: no such limit.
   double case_timeout_s = 0;
+  // Tests only: run the backend ahead (harness/prefetch.hpp) for cases of at most this many input
+  // bytes whatever the oracle, so that the run-ahead's host side is exercised with the CPU oracle;
+  // unset: backend_ahead_limit(oracle), 0 for an oracle on the host.
+  std::optional<double> backend_ahead_bytes;
   std::vector<std::string> rank_devices; // --backend cuda --comm mpi: each rank's GPU (rank_devices.hpp's describe)
 };
 
