@@ -314,7 +314,13 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   auto B = [](const DBuf<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); };
 
   // ---- outputs, poisoned ----
-  span.emplace("fused: device work");
+  // Each phase its own span; under DSA_TRACE the stream is drained at each phase's end, so a span
+  // holds its own kernels' time and a kernel that never ends leaves its phase open (open_spans).
+  auto phase = [&](const char* name) {
+    if (tracing()) DSA_CUDA_CHECK(cudaStreamSynchronize(st));
+    span.emplace(name);
+  };
+  phase("fused: outputs");
   DBuf<int32_t> topk(Tq * Kp, st);
   DBuf<float> scores(S.scores ? Tq * Tp : 0, st);
   DBuf<uint16_t> Qt(Tq * H * D, st), O_lat(Tq * H * C, st), O(Tq * H * Dv, st), dO_lat(Tq * H * C, st), dQt(Tq * H * D, st),
@@ -332,11 +338,13 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   DBuf<float> topk_scores(loss_scores ? Tq * Kp : 0, st), sel_scores(loss_scores ? Tq * Ka : 0, st);
 
   // ---- indexer + top-k (k1's kernels) ----
+  phase("fused: indexer top-k");
   IndexerArgs ia{B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)HI, (int)DI, (int)Kp, p.relu, topk.get(),
                  S.scores ? scores.get() : nullptr, loss_scores ? topk_scores.get() : nullptr};
   indexer_topk(ia, st);
 
   // ---- the attention's indices and S(g) ----
+  phase("fused: select keys");
   DBuf<int32_t> injected(S.opt.attention_indices ? Tq * Ka : 0, st);
   const int32_t* att_idx = topk.get();
   if (S.opt.attention_indices) {
@@ -352,6 +360,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
               st);
 
   // ---- forward ----
+  phase("fused: attention forward");
   const ProjDims pd{(int)Tq, (int)H, (int)Dn, (int)R, (int)C, (int)Dv};
   const float scale = static_cast<float>(p.softmax_scale);
   absorb_query(blas, pd, B(q_nope), B(q_pe), W_UK, B(Qt), st);
@@ -361,6 +370,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
   output_projection(blas, pd, B(O_lat), W_UV, B(O), st);
 
   // ---- backward (with the sparse loss's target T^ = Σ_h P per slot, which the loss then reads) ----
+  phase("fused: attention backward");
   DBuf<float> target(sparse_loss ? Tq * Ka : 0, st);
   if (sparse_loss) target.zero(st);
   grad_o_lat(blas, pd, B(dO), W_UV, B(dO_lat), st);
@@ -372,6 +382,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
                      st);
 
   // ---- indexer loss (k1's kernels), N = global counted rows ----
+  phase("fused: indexer loss");
   const double N = std::max<int64_t>(1, L.counted_rows());
   if (p.loss != LossMode::off) {
     LossArgs la{B(Qt), c_p, kpe_p, lse.get(), sel.get(), B(q_I), B(w), kI_p, ranges, (int)Tq, (int)Tp, (int)H,
@@ -383,6 +394,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
     for (auto* b : {&kl, &dq_I, &dk_I, &dw}) b->zero(st);
   }
 
+  phase("fused: query and weight grads");
   grad_query(blas, pd, B(dQt), W_UK, B(dq_nope), B(dq_pe), st);
   grad_W_UK(blas, pd, B(q_nope), B(dQt), dW_UK.get(), st);
   grad_W_UV(blas, pd, B(dO), B(O_lat), dW_UV.get(), st);
@@ -399,6 +411,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
 #endif
     return mine.download(st);
   };
+  phase("fused: key and weight grad reductions");
   const auto dK_mine = scatter_keys(dK, D);
   out.dk_I = scatter_keys(dk_I, DI);
   comm.allreduce_sum(dW_UK.get(), dW_UK.size(), st);
@@ -410,8 +423,7 @@ void run_rank(const Shared& S, const RankInputs& ri, DeviceComm& comm, RankOut& 
                                " changed during the run (a kernel wrote out of bounds)");
 
   // ---- copy back ----
-  if (tracing()) DSA_CUDA_CHECK(cudaStreamSynchronize(st));  // the span above ends when its work does
-  span.emplace("fused: download");
+  phase("fused: download");
   out.topk = topk.download(st);
   if (S.scores) out.scores = scores.download(st);
   out.O = O.download(st);

@@ -192,11 +192,13 @@ run_stage() {
       # The cases in flight when the nightly at seed 115 stalled (25th session; the CPU draw of random
       # #160-#162 as case files), replayed in order with the backend running ahead of the GPU oracle's
       # judge, HUNT_ROUNDS (20) times, a case given up after 60 s (--case-timeout: the stall watch
-      # writes the report, naming each thread's phase), each round capped at 120 s, with a stall dump; then each case alone under
+      # writes the report, naming each thread's phase: under DSA_TRACE the fused backend's phases end
+      # with their kernels, so a kernel that never ends is named), each round capped at 120 s, with
+      # a stall dump; then each case alone under
       # compute-sanitizer's initcheck (device memory read before it was written) and racecheck.
-      d=$(mktemp -d); cp reports/device/2026-12-07-s25-seed115-random-*.json $d/
+      d=$(mktemp -d); traces=$(mktemp -d); cp reports/device/2026-12-07-s25-seed115-random-*.json $d/
       for k in $(seq ${HUNT_ROUNDS:-20}); do
-        run_watched $OUT/hunt-$k.json $OUT/hunt-$k.log timeout -s TERM -k 30 120 ./build/dsa-parity replay $d \
+        DSA_TRACE=$traces/trace-$k.json run_watched $OUT/hunt-$k.json $OUT/hunt-$k.log timeout -s TERM -k 30 120 ./build/dsa-parity replay $d \
           --backend cuda --oracle gpu --case-timeout 60 --report $OUT/hunt-$k.json
         echo "round $k exit $?"; grep -h "^stopped:" $OUT/hunt-$k.log
       done
