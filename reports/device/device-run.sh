@@ -207,7 +207,7 @@ run_stage() {
         for tool in initcheck racecheck; do
           timeout 150 $cs --tool $tool --error-exitcode 9 ./build/dsa-parity repro $f --backend cuda --oracle cpu \
             > $OUT/sanitizer-$tool-$(basename $f .json).log 2>&1
-          echo "$tool $(basename $f .json): exit $?"
+          rc=$?; echo "$tool $(basename $f .json): exit $rc"
         done
       done ;;
     cases)
