@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -122,6 +123,15 @@ std::string open_spans() {
     }
   }
   return out;
+}
+
+bool span_open(const char* name) {
+  OpenSpans& r = open_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& [id, open] : r.threads)
+    for (const auto& o : open)
+      if (std::strcmp(o.name, name) == 0) return true;
+  return false;
 }
 
 TraceSpan::TraceSpan(const char* name) : name_(name), open_us_(now_us()) {

@@ -19,6 +19,8 @@ bool tracing();
 // their open spans began): "thread 1: backend 212 s; thread 2: fused: rank 212 s > fused: local
 // all-gather 211 s". Empty when none is open.
 std::string open_spans();
+// Whether some thread has a span of this name open right now.
+bool span_open(const char* name);
 
 // [construction, destruction) on the calling thread, named by a string literal.
 class TraceSpan {

@@ -531,16 +531,21 @@ int run_session(const SessionOptions& o, Backend& backend) {
     const int sig = interrupt::pending();
     if (sig && !signal_seen_s) signal_seen_s = now;
     char why[160];
+    bool per_case = false;  // --case-timeout's limit, not the session's
     if (sig && now - *signal_seen_s >= o.stall_after_signal_s)
       std::snprintf(why, sizeof why, "%.3g s after %s", now - *signal_seen_s, sig == SIGINT ? "SIGINT" : "SIGTERM");
     else if (!sig && hard_limit_s && now >= *hard_limit_s + o.stall_grace_s)
       std::snprintf(why, sizeof why, "%.3g s past the hard time limit, 1.5 x --time-budget (%.3g s)", now - *hard_limit_s,
                     *hard_limit_s);
     else if (!sig && o.case_timeout_s > 0 && !in_flight->verdict && now - in_flight->started_s >= o.case_timeout_s)
-      std::snprintf(why, sizeof why, "after %.3g s, past --case-timeout (%.3g s)", now - in_flight->started_s,
-                    o.case_timeout_s);
+      per_case = true, std::snprintf(why, sizeof why, "after %.3g s, past --case-timeout (%.3g s)",
+                                     now - in_flight->started_s, o.case_timeout_s);
     else
       return;
+    // Past --case-timeout with the backend's run the one phase open (not the judge): the backend
+    // ran past its time limit, a failure of its own, as --exec-timeout makes it for exec: backends.
+    const bool backend_stuck =
+        per_case && !span_open("judge") && (span_open("backend") || span_open("backend (ahead)"));
     const std::string where = open_spans();
     CaseRecord r = in_flight->r;
     progress.finish();
@@ -553,10 +558,34 @@ int run_session(const SessionOptions& o, Backend& backend) {
         r.v = *in_flight->verdict;
         r.v.message += " (its shrinking did not finish)";
       } else {
-        r.unfinished = true;
         r.v = CaseVerdict{};
-        r.v.verdict = Verdict::not_run;
-        r.v.message = std::string("unfinished: still running ") + why + "; in flight: " + where;
+        if (backend_stuck) {
+          r.v.verdict = Verdict::fail;
+          r.v.tensor = "-";
+          r.v.failure = Failure::timeout;
+          r.v.message = std::string("timed out: the backend still running ") + why + "; in flight: " + where;
+          r.v.bucket = make_bucket(bname, r.v.stage_name(), r.v.tensor, r.v.failure);
+        } else {
+          r.unfinished = true;
+          r.v.verdict = Verdict::not_run;
+          r.v.message = std::string("unfinished: still running ") + why + "; in flight: " + where;
+        }
+        // Its case file and repro lines, as a failure's, so that the stuck case can be run again.
+        try {
+          if (r.case_file.empty()) {
+            r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
+            fs::create_directories(out_dir);
+            save_case(r.c, r.case_file);
+          }
+          r.repro_here = repro_line(here, absolute(r.case_file));
+          r.case_file = in_report(r.case_file);
+          r.repro = repro_line(portable, r.case_file);
+          std::printf("%s %s  repro: %s\n", r.v.failed() ? "FAIL" : "not-run", r.v.failed() ? r.v.bucket.c_str() : "",
+                      r.repro_here.c_str());
+        } catch (const std::exception& e) {  // the report is still written, without them
+          std::printf("(its case file could not be written: %s)\n", e.what());
+          r.case_file.clear();
+        }
       }
       record_locked(r);
     }

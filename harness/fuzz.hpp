@@ -54,7 +54,8 @@ struct SessionOptions {
   double stall_grace_s = 60;
   double stall_after_signal_s = 10;
   // --case-timeout: a case not yet judged this many seconds after it started is given up the same
-  // way (recorded unfinished, exit 3), with or without --time-budget; 0: no such limit.
+  // way, with or without --time-budget: failed as the backend's timeout where its run is what has
+  // not returned, else recorded unfinished; 0: no such limit.
   double case_timeout_s = 0;
   // Tests only: run the backend ahead (harness/prefetch.hpp) for cases of at most this many input
   // bytes whatever the oracle, so that the run-ahead's host side is exercised with the CPU oracle;

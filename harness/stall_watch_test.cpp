@@ -93,6 +93,8 @@ TEST(StallWatch, CaseStuckPastTheHardLimitIsRecordedUnfinishedAndTheReportWritte
   EXPECT_NE(msg.find("past the hard time limit"), std::string::npos) << msg;
   EXPECT_NE(msg.find("backend"), std::string::npos) << "where it was stuck: " << msg;
   EXPECT_EQ(r["summary"]["not_run"], 1);
+  const std::string file = stuck.value("case_file", "");
+  EXPECT_TRUE(!file.empty() && std::filesystem::exists(std::filesystem::path(d) / file)) << stuck.dump(1);
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
   std::ifstream junit(o.junit);
   const std::string xml((std::istreambuf_iterator<char>(junit)), {});
@@ -117,9 +119,10 @@ TEST(StallWatch, CaseStuckAfterSigtermEndsTheSessionWith143AndItsReport) {
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
 }
 
-// --case-timeout: without any time budget, the case not judged after that long is given up the
-// same way, its message naming the limit; the cases before it keep their verdicts.
-TEST(StallWatch, CaseStuckPastCaseTimeoutIsRecordedUnfinishedWithoutATimeBudget) {
+// --case-timeout: without any time budget, a case whose backend run has not returned after that
+// long fails as a timeout of the backend (as --exec-timeout makes it for exec: backends), with its
+// case file and repro line; the cases before it keep their verdicts, and the run exits 1.
+TEST(StallWatch, ABackendStuckPastCaseTimeoutFailsAsATimeoutWithItsReproLine) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::string d = scratch_dir();
   SessionOptions o = smoke_session(d);
@@ -131,16 +134,24 @@ TEST(StallWatch, CaseStuckPastCaseTimeoutIsRecordedUnfinishedWithoutATimeBudget)
         StuckBackend backend(2, 0);
         run_session(o, backend);
       },
-      ::testing::ExitedWithCode(3), "");
+      ::testing::ExitedWithCode(1), "");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(took, 30) << "the watch must end the session soon after --case-timeout";
   const json r = read_json(o.report);
   ASSERT_EQ(r["cases"].size(), 2u) << r.dump(1);
   EXPECT_EQ(r["cases"][0]["verdict"], "pass");
-  EXPECT_EQ(r["cases"][1]["verdict"], "not-run");
-  const std::string msg = r["cases"][1].value("message", "");
+  const json& stuck = r["cases"][1];
+  EXPECT_EQ(stuck["verdict"], "fail");
+  EXPECT_EQ(stuck["bucket"], "test:stuck/run/-/timeout");
+  const std::string msg = stuck.value("message", "");
   EXPECT_NE(msg.find("past --case-timeout (1 s)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("backend"), std::string::npos) << "where it was stuck: " << msg;
+  // The stuck case can be run again: its case file, named relative to the report, and repro line.
+  const std::string file = stuck.value("case_file", "");
+  ASSERT_FALSE(file.empty()) << stuck.dump(1);
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(d) / file)) << file;
+  EXPECT_NE(stuck.value("repro", "").find(file), std::string::npos) << stuck.dump(1);
+  EXPECT_EQ(r["summary"]["failed"], 1);
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
 }
 

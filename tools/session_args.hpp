@@ -59,9 +59,10 @@ inline void add_session_flags(CLI::App& app, SessionFlags& f) {
             "SEC")
       ->check(seconds_value());
   add_value(app, "--case-timeout", f.case_timeout,
-            "in-process backends and oracles: a case still not judged after SEC seconds is given up (recorded "
-            "unfinished, not-run), the report written, and the run ends with exit 3 (a stuck kernel or lock "
-            "cannot be stopped and the next case run beside it)",
+            "in-process backends and oracles: a case still not judged after SEC seconds is given up, the report "
+            "written, and the run ends (a stuck kernel or lock cannot be stopped and the next case run beside "
+            "it): a backend run that has not returned fails as a timeout (exit 1), else the case is not-run "
+            "(exit 3)",
             "SEC", "none")
       ->check(seconds_value());
   add_value(app, "--rank-timeout", f.rank_timeout,
