@@ -260,6 +260,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
     std::snprintf(b, sizeof b, "%g", o.backend_opt.exec_timeout_s);
     here.options.insert(here.options.end(), {"--exec-timeout", b});
   }
+  if (o.case_timeout_s > 0) {  // a case that timed out here times out again, rather than hang
+    char b[40];
+    std::snprintf(b, sizeof b, "%g", o.case_timeout_s);
+    here.options.insert(here.options.end(), {"--case-timeout", b});
+  }
   if (o.backend_opt.comm == "mpi") {  // one process per rank again, as many as this run had
     here.launcher = "mpirun -np " + std::to_string(o.world_size);
     if (o.backend_opt.rank_timeout_s != BackendOptions{}.rank_timeout_s) {

@@ -151,6 +151,7 @@ TEST(StallWatch, ABackendStuckPastCaseTimeoutFailsAsATimeoutWithItsReproLine) {
   ASSERT_FALSE(file.empty()) << stuck.dump(1);
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(d) / file)) << file;
   EXPECT_NE(stuck.value("repro", "").find(file), std::string::npos) << stuck.dump(1);
+  EXPECT_NE(stuck.value("repro", "").find("--case-timeout 1"), std::string::npos) << "it would hang again without";
   EXPECT_EQ(r["summary"]["failed"], 1);
   DSA_EXPECT_MATCHES_SCHEMA(r, "report.schema.json");
 }
