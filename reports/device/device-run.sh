@@ -7,7 +7,8 @@
 # oraclebench (the GPU oracle at DeepSeek-V3.2 and GLM-5 shape), fwdbench (attention forward only, S = 4096),
 # bench (every fused benchmark), fuzz (nightly for NIGHTLY_S seconds with --oracle $ORACLE),
 # fuzzcpu / fuzzgpu (the same nightly with --oracle cpu / gpu; NIGHTLY_SEEDS="a b": one run per seed,
-# fuzz-nightly-<oracle>-seed<s>.*; a run whose report stops growing gets a stall dump, stall_dump below),
+# fuzz-nightly-<oracle>-seed<s>.*; a run whose report stops growing gets a stall dump, stall_dump below;
+# CASE_TIMEOUT_S: --case-timeout for each case, so that a hung backend fails as a timeout),
 # production (PROD_S seconds),
 # replay (the corpus cases/), both (the nightly for BOTH_S seconds with --oracle both: the agreement table),
 # cases (replay of the case files under CASES, e.g. a carried scratch folder), stallhunt (the seed-115
@@ -178,7 +179,7 @@ run_stage() {
       for s in ${NIGHTLY_SEEDS:-$SEED}; do
         f=fuzz-nightly-$o; [ -n "$NIGHTLY_SEEDS" ] && f=$f-seed$s
         run_watched $OUT/$f.json $OUT/$f.log ./build/dsa-parity fuzz --backend cuda --oracle $o --profile nightly \
-          --seed $s --time-budget $NIGHTLY_S --report $OUT/$f.json
+          --seed $s --time-budget $NIGHTLY_S ${CASE_TIMEOUT_S:+--case-timeout $CASE_TIMEOUT_S} --report $OUT/$f.json
         echo "exit $? (seed $s)"; tail -8 $OUT/$f.log; grep -h "^stopped:" $OUT/$f.log
       done ;;
     production)
