@@ -527,7 +527,8 @@ int run_session(const SessionOptions& o, Backend& backend) {
     return ctx.exit_code;
   };
   // A case that overruns is given up from the watch's thread (harness/stall_watch.hpp): the case
-  // recorded unfinished (after a signal: left out), the outputs written, the process ended there.
+  // recorded unfinished, or failed as the backend's timeout past --case-timeout (after a signal:
+  // left out), the outputs written, the process ended there.
   std::optional<double> signal_seen_s;
   auto give_up_if_stalled = [&] {
     std::lock_guard<std::mutex> lock(session_mu);
@@ -542,11 +543,13 @@ int run_session(const SessionOptions& o, Backend& backend) {
     else if (!sig && hard_limit_s && now >= *hard_limit_s + o.stall_grace_s)
       std::snprintf(why, sizeof why, "%.3g s past the hard time limit, 1.5 x --time-budget (%.3g s)", now - *hard_limit_s,
                     *hard_limit_s);
-    else if (!sig && o.case_timeout_s > 0 && !in_flight->verdict && now - in_flight->started_s >= o.case_timeout_s)
-      per_case = true, std::snprintf(why, sizeof why, "after %.3g s, past --case-timeout (%.3g s)",
-                                     now - in_flight->started_s, o.case_timeout_s);
-    else
+    else if (!sig && o.case_timeout_s > 0 && !in_flight->verdict && now - in_flight->started_s >= o.case_timeout_s) {
+      per_case = true;
+      std::snprintf(why, sizeof why, "after %.3g s, past --case-timeout (%.3g s)", now - in_flight->started_s,
+                    o.case_timeout_s);
+    } else {
       return;
+    }
     // Past --case-timeout with the backend's run the one phase open (not the judge): the backend
     // ran past its time limit, a failure of its own, as --exec-timeout makes it for exec: backends.
     const bool backend_stuck =
@@ -585,8 +588,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
           r.repro_here = repro_line(here, absolute(r.case_file));
           r.case_file = in_report(r.case_file);
           r.repro = repro_line(portable, r.case_file);
-          std::printf("%s %s  repro: %s\n", r.v.failed() ? "FAIL" : "not-run", r.v.failed() ? r.v.bucket.c_str() : "",
-                      r.repro_here.c_str());
+          std::printf("%s  repro: %s\n", r.v.failed() ? ("FAIL " + r.v.bucket).c_str() : "not-run", r.repro_here.c_str());
         } catch (const std::exception& e) {  // the report is still written, without them
           std::printf("(its case file could not be written: %s)\n", e.what());
           r.case_file.clear();
