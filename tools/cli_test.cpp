@@ -2,6 +2,8 @@
 // the report against its schema, JUnit, repro lines that work, shrunk cases that still fail.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -298,6 +300,34 @@ TEST(Cli, ExecBackendPastItsTimeLimitIsATimeout) {
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   const json rep = read_json(d + "/r.json");
   EXPECT_EQ(rep["cases"][0]["failure"]["class"], "timeout");
+}
+
+// --case-timeout is the in-process limit, and it holds for an exec: backend too: the stuck case
+// fails as the backend's timeout, with its case file and a repro line that carries the limit, and
+// the command still running is killed with the session.
+TEST(Cli, CaseTimeoutFailsAStuckBackendRunAndKillsItsCommand) {
+  const std::string d = scratch();
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome r = dsa("fuzz --backend 'exec:sleep 31.25 #' --case-timeout 1 --cases 2 --corpus none --report r.json", d);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_LT(took, 20) << "given up soon after --case-timeout, not at the command's own end";
+  const json rep = read_json(d + "/r.json");
+  ASSERT_EQ(rep["cases"].size(), 1u) << rep.dump(1);
+  const json& c = rep["cases"][0];
+  EXPECT_EQ(c["failure"]["class"], "timeout");
+  EXPECT_EQ(c["bucket"], "exec:sleep 31.25 #/run/-/timeout");
+  EXPECT_TRUE(std::filesystem::exists(d + "/" + c.value("case_file", "?"))) << c.dump(1);
+  EXPECT_NE(c.value("repro", "").find("--case-timeout 1"), std::string::npos) << c.dump(1);
+  // No process left whose command line is the backend's (read from /proc: no pgrep needed).
+  bool alive = false;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    alive |= cmd.rfind("sleep 31.25", 0) == 0;
+  }
+  EXPECT_FALSE(alive) << "the backend's command outlived the session";
 }
 
 TEST(Cli, FuzzThroughTheExecProtocolChecksEveryTensor) {
