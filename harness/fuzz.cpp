@@ -383,6 +383,18 @@ int run_session(const SessionOptions& o, Backend& backend) {
     record_locked(r);
     progress.update(tally.cases, tally.failed, tally.passed);
   };
+  // A failing (or given-up) case's file and repro lines: a random case is written to out_dir; the
+  // report names the file relative to its folder.
+  auto add_case_file = [&](CaseRecord& r) {
+    if (r.case_file.empty()) {
+      r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
+      fs::create_directories(out_dir);
+      save_case(r.c, r.case_file);
+    }
+    r.repro_here = repro_line(here, absolute(r.case_file));
+    r.case_file = in_report(r.case_file);
+    r.repro = repro_line(portable, r.case_file);
+  };
   // The name a case keeps from run to run (JUnit): its corpus file, or a hash of its JSON.
   auto case_name = [&](const std::string& file, const Case& c) {
     if (file.empty()) return random_case_name(c);
@@ -435,14 +447,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
       past_limit = true;
     }
     if (r.v.failed()) {
-      if (r.case_file.empty()) {
-        r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
-        fs::create_directories(out_dir);
-        save_case(c, r.case_file);
-      }
-      r.repro_here = repro_line(here, absolute(r.case_file));
-      r.case_file = in_report(r.case_file);
-      r.repro = repro_line(portable, r.case_file);
+      add_case_file(r);
       {
         std::lock_guard<std::mutex> lock(session_mu);
         in_flight->r = r;  // its case file and repro lines, should its shrinking never end
@@ -580,14 +585,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
         }
         // Its case file and repro lines, as a failure's, so that the stuck case can be run again.
         try {
-          if (r.case_file.empty()) {
-            r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
-            fs::create_directories(out_dir);
-            save_case(r.c, r.case_file);
-          }
-          r.repro_here = repro_line(here, absolute(r.case_file));
-          r.case_file = in_report(r.case_file);
-          r.repro = repro_line(portable, r.case_file);
+          add_case_file(r);
           std::printf("%s  repro: %s\n", r.v.failed() ? ("FAIL " + r.v.bucket).c_str() : "not-run", r.repro_here.c_str());
         } catch (const std::exception& e) {  // the report is still written, without them
           std::printf("(its case file could not be written: %s)\n", e.what());
