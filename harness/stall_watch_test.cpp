@@ -68,19 +68,25 @@ json read_json(const std::string& path) {
   return json::parse(f);
 }
 
+// Runs the session o on a backend whose stuck_at-th run never returns (after raising `signal`),
+// as a death test that must exit with `code`; returns the seconds it took.
+double run_stuck_session(const SessionOptions& o, int stuck_at, int signal, int code) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(
+      {
+        StuckBackend backend(stuck_at, signal);
+        run_session(o, backend);
+      },
+      ::testing::ExitedWithCode(code), "");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 TEST(StallWatch, CaseStuckPastTheHardLimitIsRecordedUnfinishedAndTheReportWritten) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::string d = scratch_dir();
   SessionOptions o = smoke_session(d);
   o.time_budget_s = 2.0;  // hard limit 3 s; the watch gives up at 3.5 s
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EXIT(
-      {
-        StuckBackend backend(3, 0);
-        run_session(o, backend);
-      },
-      ::testing::ExitedWithCode(3), "");
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double took = run_stuck_session(o, 3, 0, 3);
   EXPECT_LT(took, 30) << "the watch must end the session soon after the hard limit";
   const json r = read_json(o.report);
   ASSERT_EQ(r["cases"].size(), 3u) << r.dump(1);
@@ -106,12 +112,7 @@ TEST(StallWatch, CaseStuckAfterSigtermEndsTheSessionWith143AndItsReport) {
   const std::string d = scratch_dir();
   SessionOptions o = smoke_session(d);
   o.cases = 32;  // no time budget: only the signal can end it
-  EXPECT_EXIT(
-      {
-        StuckBackend backend(2, SIGTERM);
-        run_session(o, backend);
-      },
-      ::testing::ExitedWithCode(143), "");
+  run_stuck_session(o, 2, SIGTERM, 143);
   const json r = read_json(o.report);
   ASSERT_EQ(r["cases"].size(), 1u) << "the case in flight at the signal is left out: " << r.dump(1);
   EXPECT_EQ(r["cases"][0]["verdict"], "pass");
@@ -128,14 +129,7 @@ TEST(StallWatch, ABackendStuckPastCaseTimeoutFailsAsATimeoutWithItsReproLine) {
   SessionOptions o = smoke_session(d);
   o.cases = 32;
   o.case_timeout_s = 1.0;  // a smoke case takes milliseconds
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EXIT(
-      {
-        StuckBackend backend(2, 0);
-        run_session(o, backend);
-      },
-      ::testing::ExitedWithCode(1), "");
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double took = run_stuck_session(o, 2, 0, 1);
   EXPECT_LT(took, 30) << "the watch must end the session soon after --case-timeout";
   const json r = read_json(o.report);
   ASSERT_EQ(r["cases"].size(), 2u) << r.dump(1);
