@@ -112,14 +112,12 @@ uint64_t parse_uint64(const std::string& text, const std::string& field) {
 }
 
 double parse_double(const std::string& text, const std::string& field) {
-  try {
-    size_t used = 0;
-    const double x = std::stod(text, &used);
-    require(used == text.size(), field, "must be a number, got " + text::quoted(text));
-    return x;
-  } catch (const std::logic_error&) {
-    throw InvalidInput(field, "must be a number, got " + text::quoted(text));
-  }
+  // from_chars, not stod: a plain decimal number only (no leading space, no hex like 0x1p4).
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  require(ec == std::errc() && end == text.data() + text.size() && !text.empty(), field,
+          "must be a number, got " + text::quoted(text));
+  return v;
 }
 
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& field) {

@@ -437,6 +437,9 @@ TEST(Cli, BadUsageIsExitTwoWithOneLineNamingTheField) {
       {"fuzz --backend lowp --exec-timeout 0", "--exec-timeout"},
       {"fuzz --backend lowp --case-timeout 0", "--case-timeout"},
       {"replay " + q(d) + " --backend lowp --case-timeout -3", "--case-timeout"},
+      {"fuzz --backend lowp --time-budget 0x10", "--time-budget"},  // hex is not a number of seconds
+      {"fuzz --backend lowp --time-budget ' 5'", "--time-budget"},
+      {"fuzz --backend lowp --exec-timeout inf", "--exec-timeout"},
       {"fuzz --backend lowp --corpus /nonexistent/dir", "--corpus"},
       {"replay /nonexistent/dir --backend lowp", "DIR"},
       {"replay " + q(d) + " --backend lowp", "DIR"},
