@@ -34,7 +34,13 @@ struct IndexerArgs {
   // sparse loss reads instead of scoring the selected keys again (LossArgs::scores).
   float* topk_scores = nullptr;
 };
-void indexer_topk(const IndexerArgs& a, cudaStream_t s);
+// Which kernel runs it: `best` takes the Hopper wgmma kernel where it fits (sm_90, HI ≤ 64,
+// DI ≤ 128) and the mma.sync kernel (any shape, sm_80+) otherwise; `mma` and `wgmma` force one
+// (wgmma throws std::invalid_argument where it does not fit).
+enum class IndexerKernel { best, mma, wgmma };
+void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel = IndexerKernel::best);
+// The kernel `best` picks for a.
+IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a);
 
 // I[g, j] = Σ_h w[g,h]·φ(q_I[g,h]·k_I[indices[g,j]]) at given slots, −inf where the slot is < 0
 // or ≥ Tp: the LossArgs::scores of an index set the indexer did not select (a benchmark's pattern).

@@ -220,7 +220,7 @@ __device__ __forceinline__ void query_grads(float (&dq)[128], float (&dq4)[32], 
   wgmma::fence();
 #pragma unroll
   for (int k = 0; k < BN / 16; ++k)
-    wgmma::mma_m64n256k16(dq, wgmma::advance(dA, k * 32), wgmma::advance(dB, k * 16 * 128), 1);
+    wgmma::mma_m64n256k16<0, 1>(dq, wgmma::advance(dA, k * 32), wgmma::advance(dB, k * 16 * 128), 1);
   if constexpr (WG == 0) {
     const uint64_t dB4 = wgmma::desc(sK + 4 * K_ATOM, K_ATOM, 1024);
 #pragma unroll

@@ -112,7 +112,7 @@ __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint64_t dP, uin
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks)
-    wgmma::mma_m64n256k16(o, wgmma::advance(dP, ks * 32), wgmma::advance(dV, ks * 16 * 128), 1);
+    wgmma::mma_m64n256k16<0, 1>(o, wgmma::advance(dP, ks * 32), wgmma::advance(dV, ks * 16 * 128), 1);
   wgmma::commit();
 }
 

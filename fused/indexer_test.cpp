@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fused/api.cuh"
@@ -74,7 +76,7 @@ struct IndexerCase {
   return ::testing::AssertionSuccess();
 }
 
-void check_indexer(const IndexerCase& c) {
+void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
   Dims d = tiny_dims();
   d.HI = c.HI, d.DI = c.DI;
   Problem p = small_problem(c.seqlens, d, c.K);
@@ -105,7 +107,7 @@ void check_indexer(const IndexerCase& c) {
     DeviceArray<float> topk_scores(size_t(Tq) * K, kNaN);
     IndexerArgs a{q_I.p, w.p, k_I.p, rows.view(), Tq, Tp, int(d.HI), int(d.DI), K, c.relu, topk.p, scores.p,
                   topk_scores.p};
-    indexer_topk(a, nullptr);
+    indexer_topk(a, nullptr, kernel);
     check_cuda(cudaDeviceSynchronize(), "indexer_topk");
     const auto s_local = scores.download();
     const auto t_local = topk.download();
@@ -114,7 +116,7 @@ void check_indexer(const IndexerCase& c) {
     DeviceArray<int32_t> topk2(size_t(Tq) * K, int32_t(-7));
     DeviceArray<float> topk_scores2(size_t(Tq) * K, kNaN);
     a.topk = topk2.p, a.topk_scores = topk_scores2.p;
-    indexer_topk(a, nullptr);
+    indexer_topk(a, nullptr, kernel);
     check_cuda(cudaDeviceSynchronize(), "indexer_topk again");
     EXPECT_EQ(topk2.download(), t_local) << "rank " << r << ": the selection changed run to run";
     EXPECT_TRUE(bitwise_equal(topk_scores2.download(), ts_local)) << "rank " << r << ": topk_scores changed run to run";
@@ -126,9 +128,22 @@ void check_indexer(const IndexerCase& c) {
     }
   }
 
-  const std::string ctx = "seed " + std::to_string(c.seed);
+  const std::string ctx = std::string(kernel == IndexerKernel::mma ? "mma.sync" : "wgmma") + " kernel, seed " + std::to_string(c.seed);
   EXPECT_TRUE(parity("scores", sc, *E.scores, *Lw.scores, L, ctx));
   EXPECT_TRUE(topk_passes(tk, K, *E.scores, *Lw.scores, L, ctx));
+}
+
+// Every kernel that takes the case: the mma.sync one always, the wgmma one where it fits (an sm_90
+// device with sm_90a code, HI ≤ 64, DI ≤ 128), so that both are held to the same checks.
+void check_indexer(const IndexerCase& c) {
+  SCOPED_TRACE("mma.sync kernel");
+  check_indexer_on(c, IndexerKernel::mma);
+  IndexerArgs probe{};
+  probe.HI = int(c.HI), probe.DI = int(c.DI), probe.K = int(c.K);
+  if (indexer_topk_kernel_for(probe) == IndexerKernel::wgmma) {
+    SCOPED_TRACE("wgmma kernel");
+    check_indexer_on(c, IndexerKernel::wgmma);
+  }
 }
 
 TEST(FusedIndexer, OddShapes) {
@@ -162,6 +177,49 @@ TEST(FusedIndexer, ProductionLike) {
   DSA_SKIP_WITHOUT_GPU();
   check_indexer({{300, 212}, 64, 128, 128, true, PadRows::masked, 0.0, 41});  // DeepSeek-V3.2 heads
   check_indexer({{420}, 32, 128, 256, true, PadRows::attend, 0.0, 42});        // GLM-5 heads
+}
+
+// Head counts and widths the wgmma kernel pads: HI 48 and 20 (zero heads up to N/4 = 64 and 32),
+// DI 72 (the second atom mostly zeros), DI 100 (not a multiple of 8: element loads, not cp.async),
+// with compactions (rows longer than K' + 128) and a masked pad row.
+TEST(FusedIndexer, PaddedHeadsAndWidths) {
+  DSA_SKIP_WITHOUT_GPU();
+  check_indexer({{700, 301}, 48, 72, 100, true, PadRows::masked, 0.0, 61});
+  check_indexer({{520}, 20, 100, 150, false, PadRows::attend, 0.1, 62});
+}
+
+// On an sm_90 device the production indexer shapes (DeepSeek-V3.2: HI 64, GLM-5: HI 32; DI 128,
+// K 2048) must take the wgmma kernel, or the checks above would never reach it.
+TEST(FusedIndexer, ProductionShapesTakeTheWgmmaKernelOnSm90) {
+  DSA_SKIP_WITHOUT_GPU();
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma indexer needs an sm_90 device (this one is sm_" << major << minor << ")";
+  for (int HI : {64, 32}) {
+    IndexerArgs probe{};
+    probe.HI = HI, probe.DI = 128, probe.K = 2048, probe.Tp = 16384;
+    EXPECT_EQ(indexer_topk_kernel_for(probe), IndexerKernel::wgmma)
+        << "HI " << HI << ": an sm_90 device must take the wgmma indexer (is the sm_90a code in the build?)";
+  }
+}
+
+// Forcing the wgmma indexer onto a shape it does not take is one clear error naming the rule and
+// the shape, before anything is launched (so this runs without a GPU too).
+TEST(FusedIndexer, ForcingTheWgmmaKernelWhereItDoesNotFitIsAClearError) {
+  for (auto [HI, DI] : {std::pair{65, 128}, std::pair{64, 130}}) {
+    IndexerArgs a{};
+    a.HI = HI, a.DI = DI, a.K = 4, a.Tp = 8, a.Tq = 8;
+    EXPECT_EQ(indexer_topk_kernel_for(a), IndexerKernel::mma);
+    try {
+      indexer_topk(a, nullptr, IndexerKernel::wgmma);
+      ADD_FAILURE() << "HI " << HI << ", DI " << DI << ": no error";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("HI <= 64 and DI <= 128"), std::string::npos) << m;
+      EXPECT_NE(m.find("HI = " + std::to_string(HI) + ", DI = " + std::to_string(DI)), std::string::npos) << m;
+    }
+  }
 }
 
 // indexer_scores_at (the bench's stand-in for the indexer's topk_scores) against fp64 over the same

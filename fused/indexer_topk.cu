@@ -22,11 +22,13 @@
 // breaks boundary ties by the lower key index and the row is written in canonical order.
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "fused/api.cuh"
 #include "fused/cuda_check.hpp"
 #include "fused/indexer_rows.cuh"
+#include "fused/indexer_topk_sm90.hpp"
 #include "fused/mma.cuh"
 #include "fused/topk_select.cuh"
 #include "core/errors.hpp"
@@ -231,17 +233,27 @@ void launch(const IndexerArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-void indexer_topk(const IndexerArgs& a, cudaStream_t s) {
+IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a) {
+  return indexer_topk_sm90_fits(a) ? IndexerKernel::wgmma : IndexerKernel::mma;
+}
+
+void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel) {
   require(a.HI >= 1, "HI", "at least 1");
   require(a.DI >= 1 && a.DI <= 256, "DI", "between 1 and 256 in the fused indexer");
   require(a.K >= 1 && a.K <= a.Tp, "K", "between 1 and Tp (K' = min(K, Tp))");
   if (a.Tq <= 0) return;
+  const bool wgmma = kernel != IndexerKernel::mma && indexer_topk_sm90_fits(a);  // asked once: it queries the driver
+  if (kernel == IndexerKernel::wgmma && !wgmma)
+    throw std::invalid_argument("indexer_topk: the wgmma kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
+                                std::to_string(a.HI) + ", DI = " + std::to_string(a.DI) + ")");
   if (a.scores) {
     const size_t n = size_t(a.Tq) * a.Tp;
     fill_kernel<<<int(std::min<size_t>((n + 255) / 256, 4096)), 256, 0, s>>>(a.scores, n, -__builtin_huge_valf());
     DSA_CUDA_CHECK(cudaGetLastError());
   }
-  if (a.DI <= 128)
+  if (wgmma)
+    indexer_topk_sm90(a, s);
+  else if (a.DI <= 128)
     launch<8>(a, s);
   else
     launch<16>(a, s);

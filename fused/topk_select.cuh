@@ -58,7 +58,7 @@ struct RadixPick {
   int rem, eq;
 };
 template <class Value, class In>
-__device__ RadixPick radix_pick(int n, int m, Value value, In in, SelectScratch& s) {
+inline __device__ RadixPick radix_pick(int n, int m, Value value, In in, SelectScratch& s) {
   const int tid = threadIdx.x, lane = tid & 31;
   uint32_t prefix = 0, mask = 0;
   int rem = m, eq = 0;
@@ -111,7 +111,7 @@ __device__ RadixPick radix_pick(int n, int m, Value value, In in, SelectScratch&
 // depend on the buffer's order. Returns the pivot: every kept key is ≥ it, every dropped key ≤ it,
 // so a later candidate needs key > pivot to matter (later candidates have higher indices: a tie
 // with the pivot loses). The kept elements stay in buffer order. All kSelThreads threads must call it.
-__device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m, SelectScratch& s) {
+inline __device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m, SelectScratch& s) {
   const int tid = threadIdx.x;
   const RadixPick p = radix_pick(n, m, [&](int i) { return key[i]; }, [](int) { return true; }, s);
   const uint32_t pivot = p.value;
@@ -170,7 +170,7 @@ __device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m, Select
 // bitonic network whose every compare-exchange puts the earlier element first, so the padding up
 // to a power of two (virtual elements after every real one) never moves and is never touched.
 // All kSelThreads threads must call it.
-__device__ void sort_canonical(uint32_t* key, int32_t* idx, int n) {
+inline __device__ void sort_canonical(uint32_t* key, int32_t* idx, int n) {
   int P = 1;
   while (P < n) P <<= 1;
   for (int k = 2; k <= P; k <<= 1)

@@ -122,9 +122,10 @@ struct Workload {
   fused::RowRanges ranges() const { return {row.p, kb.p, ke.p}; }
   float scale() const { return 1.f / std::sqrt(192.f); }
 
-  void indexer() {
-    fused::indexer_topk(fused::IndexerArgs{q_I.p, w.p, k_I.p, ranges(), S, S, HI, DI, K, true, topk.p, nullptr}, st);
+  fused::IndexerArgs indexer_args() {
+    return fused::IndexerArgs{q_I.p, w.p, k_I.p, ranges(), S, S, HI, DI, K, true, topk.p, nullptr};
   }
+  void indexer(fused::IndexerKernel k = fused::IndexerKernel::best) { fused::indexer_topk(indexer_args(), st, k); }
   fused::AttnFwdArgs forward_args() {
     return fused::AttnFwdArgs{Qt.p, c.p, kpe.p, sel.p, cnt.p, S, S, H, C, R, K, scale(), O_lat.p, lse.p};
   }
@@ -244,6 +245,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   }
   auto step = [&] {
     if (kernel == "indexer") w.indexer();
+    else if (kernel == "indexer_mma") w.indexer(fused::IndexerKernel::mma);
     else if (kernel == "forward") w.forward();
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward" || hot) w.backward();
@@ -252,7 +254,8 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
     else w.loss(kernel == "loss_given_target");
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
-  const double pairs = kernel == "indexer" ? double(S) * (S + 1) / 2 : w.pairs;
+  const bool indexer = kernel == "indexer" || kernel == "indexer_mma";
+  const double pairs = indexer ? double(S) * (S + 1) / 2 : w.pairs;
   for (int i = 0; i < warmups_for(S); ++i) step();
   check(cudaStreamSynchronize(w.st));
   cudaEvent_t a, b;
@@ -273,10 +276,12 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   cudaEventDestroy(b);
   const double per_iter = total / double(state.iterations());
   const std::string formula =
-      hot || kernel == "backward_target" || kernel == "backward_mma" ? "backward" : kernel;
+      hot || kernel == "backward_target" || kernel == "backward_mma" ? "backward" : indexer ? "indexer" : kernel;
   state.counters["TFLOP/s"] = flops_per_pair(formula, kModels[model].d) * pairs / per_iter / 1e12;
   state.counters["pairs"] = pairs;
   std::string label = std::string(kModels[model].name) + " S=" + std::to_string(S) + " K=" + std::to_string(kTopK);
+  if (kernel == "indexer")
+    label += fused::indexer_topk_kernel_for(w.indexer_args()) == fused::IndexerKernel::wgmma ? " wgmma" : " mma.sync";
   if (kernel == "forward")
     label += fused::attention_forward_kernel_for(w.forward_args()) == fused::FwdKernel::wgmma ? " wgmma" : " mma.sync";
   if (kernel == "backward" || hot || kernel == "backward_target")
@@ -325,6 +330,8 @@ struct Kernel {
   const char* kernel;
 };
 const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
+                           // The portable mma.sync indexer on the same shapes, for comparison with the wgmma one.
+                           {"BM_FusedIndexerTopkMma", "indexer_mma"},
                            {"BM_FusedAttentionForward", "forward"},
                            // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
                            {"BM_FusedAttentionForwardMma", "forward_mma"},

@@ -1,0 +1,314 @@
+// Indexer scores fused with the streaming top-k (SPEC.md §3–§4) on Hopper warpgroup tensor cores
+// (wgmma, sm_90a), for HI ≤ 64 and DI ≤ 128. Same contract, candidate buffer and selects as the
+// mma.sync kernel of indexer_topk.cu, which serves every other shape and device.
+//
+// One CTA (two warpgroups, 256 threads) owns BQ = 4 consecutive local query rows and streams over
+// the union of their visible key ranges in steps of 128 keys, 64 a warpgroup. A warpgroup's product
+// is one m64nNk16 chain: keys as M (its 64-key tile), the 4 rows' heads as N (N = 4·HIp, HIp = HI
+// rounded up to 16, 32 or 64), DI as K, both operands K-major in 128-byte-swizzled shared memory.
+// q_I of the 4 rows is loaded once per CTA; key tiles are double-buffered with cp.async, the next
+// step's loads issued before this step's product. The head reduction Σ_h w·φ(u) is in-thread (a
+// thread holds 2 keys × N/4 columns, its w read from a per-lane permuted copy), then a two-step
+// shuffle that leaves lane q of a quad with row q's score of its 2 keys: the candidate insertion
+// and the compaction (fused/topk_select.cuh, over all 256 threads) are the mma.sync kernel's.
+// Deterministic: fixed tile order and reduction order; the buffer's slot order varies, the
+// selects and the canonical sort do not depend on it.
+#include <algorithm>
+#include <cstdint>
+
+#include "fused/cuda_check.hpp"
+#include "fused/device.hpp"
+#include "fused/indexer_rows.cuh"
+#include "fused/indexer_topk_sm90.hpp"
+#include "fused/mma.cuh"
+#include "fused/pipeline.cuh"
+#include "fused/topk_select.cuh"
+#include "fused/wgmma.cuh"
+
+namespace dsa::fused {
+namespace {
+
+constexpr int kThreads = 256;  // two warpgroups; topk_select's selects take kSelThreads of them
+static_assert(kThreads == kSelThreads, "every thread of the CTA takes part in a select");
+constexpr int BQ = 4;          // query rows per CTA (a quad's 4 lanes, one row each)
+constexpr int kTileKeys = 64;  // keys per warpgroup per step (the wgmma M)
+constexpr int kStepKeys = 2 * kTileKeys;
+constexpr int kAtomBytes = 64 * 128;  // 64 rows × 64 bf16 columns, the swizzle atom column of a tile
+constexpr int kStatic = 4096;         // static shared memory and the per-block reserve, rounded up
+
+[[maybe_unused]] __host__ __device__ constexpr int heads_padded(int N) { return N / BQ; }
+
+// Dynamic shared memory of the kernel for N columns and `atoms` 64-column atom columns of DI.
+struct Sm90Layout {
+  int N, atoms, CAP;
+  __host__ __device__ int q_bytes() const { return atoms * N * 128; }
+  __host__ __device__ int k_bytes() const { return 2 * 2 * atoms * kAtomBytes; }  // 2 stages × 2 warpgroups
+  __host__ __device__ int w_stride() const { return N / 4 + 4; }                  // floats per lane; +4: no bank conflict
+  __host__ __device__ int w_bytes() const { return 4 * w_stride() * 4; }
+  __host__ __device__ int buf_bytes() const { return BQ * CAP * 8; }
+  __host__ __device__ int bytes() const { return 1024 + q_bytes() + k_bytes() + w_bytes() + buf_bytes(); }  // 1024: alignment
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
+
+// 16 bytes (8 bf16 from column col of a row of length n) into shared memory at dst: cp.async when
+// the rows are 16-byte aligned (vec), else element loads; zeros past n or when !ok.
+__device__ __forceinline__ void load_chunk(unsigned char* dst, const bf16* row, int col, int n, bool ok, bool vec) {
+  if (vec) {
+    pipeline::cp_async16_or_zero(dst, ok && col < n ? row + col : row, ok && col < n);
+    return;
+  }
+  uint32_t v[4] = {0, 0, 0, 0};
+  if (ok)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = mma::load_pair(row, col + 2 * e, n, false);
+  *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// The 64-key tile of keys [t0, t0 + 64) ∩ [lo, hi) into `tile` (swizzled, K-major, zeros
+// elsewhere), by the 128 threads of one warpgroup (wtid its thread).
+template <int ATOMS>
+__device__ __forceinline__ void load_key_tile(unsigned char* tile, const IndexerArgs& a, int t0, int lo, int hi, int wtid,
+                                              bool vec) {
+  constexpr int kChunks = ATOMS * 8;  // 16-byte chunks of a row
+#pragma unroll
+  for (int k = 0; k < kTileKeys * kChunks / 128; ++k) {
+    const int id = wtid + 128 * k, r = id / kChunks, ch = id % kChunks, t = t0 + r;
+    const bool ok = t >= lo && t < hi;
+    load_chunk(tile + (ch >> 3) * kAtomBytes + wgmma::swizzled(r, ch & 7), a.k_I + size_t(ok ? t : 0) * a.DI, ch * 8, a.DI,
+               ok, vec);
+  }
+}
+
+// S = key tile · q_Iᵀ for this warpgroup: m64nNk16 over the atoms of DI.
+template <int N, int ATOMS>
+__device__ __forceinline__ void tile_product(float (&acc)[N / 2], const unsigned char* tile, const unsigned char* sQ) {
+  const uint64_t dK = wgmma::desc(tile, 16, 1024), dQ = wgmma::desc(sQ, 16, 1024);
+  wgmma::fence();
+#pragma unroll
+  for (int atom = 0; atom < ATOMS; ++atom)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t a = wgmma::advance(dK, atom * kAtomBytes + k * 32), b = wgmma::advance(dQ, atom * N * 128 + k * 32);
+      const int accumulate = atom > 0 || k > 0;
+      if constexpr (N == 256)
+        wgmma::mma_m64n256k16<0, 0>(acc, a, b, accumulate);
+      else if constexpr (N == 128)
+        wgmma::mma_m64n128k16<0, 0>(acc, a, b, accumulate);
+      else
+        wgmma::mma_m64n64k16<0, 0>(acc, a, b, accumulate);
+    }
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_registers(acc);
+}
+
+// The scores of this lane's two keys (rows g, g + 8 of its warp's 16) for query row q of the quad:
+// Σ_h w·φ(u) in-thread over the lane's columns, then across the quad so that lane q keeps row q.
+template <int N>
+__device__ __forceinline__ void head_reduce(float (&score)[2], const float (&acc)[N / 2], const float* sWq, bool relu) {
+  constexpr int JQ = heads_padded(N) / 8;  // n8 column groups per query row
+  float part[2][BQ];
+#pragma unroll
+  for (int b = 0; b < BQ; ++b) {
+    part[0][b] = part[1][b] = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < JQ; jj += 2) {
+      const int j = b * JQ + jj;
+      const float4 w = *reinterpret_cast<const float4*>(sWq + 2 * j);  // columns of n8 groups j, j + 1
+      const float wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          part[r][b] += wv[2 * u] * phi(acc[4 * (j + u) + 2 * r], relu) + wv[2 * u + 1] * phi(acc[4 * (j + u) + 2 * r + 1], relu);
+    }
+  }
+  // Across the quad: lanes q and q ^ 2 swap halves (rows 0–1 vs 2–3), then q and q ^ 1.
+  const int q = threadIdx.x & 3;
+  const bool hi2 = q & 2, hi1 = q & 1;
+  float v[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float send = hi2 ? part[r][k] : part[r][k + 2], keep = hi2 ? part[r][k + 2] : part[r][k];
+      v[r][k] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float send = hi1 ? v[r][0] : v[r][1], keep = hi1 ? v[r][1] : v[r][0];
+    score[r] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <int N, int ATOMS>
+__global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const IndexerArgs a, const Sm90Layout L, bool vec) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int HIp = heads_padded(N);
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* sQ = smem;
+  unsigned char* sK = sQ + L.q_bytes();
+  float* sW = reinterpret_cast<float*>(sK + L.k_bytes());
+  uint32_t* skey = reinterpret_cast<uint32_t*>(sW + 4 * L.w_stride());
+  int32_t* sidx = reinterpret_cast<int32_t*>(skey + BQ * L.CAP);
+  __shared__ int s_count[BQ], s_b[BQ], s_e[BQ];
+  __shared__ uint32_t s_thr[BQ];
+  __shared__ SelectScratch scr;
+
+  const int tid = threadIdx.x, lane = tid & 31, q = lane & 3;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wtid = tid & 127;
+  const int key_in_tile = ((tid >> 5) & 3) * 16 + (lane >> 2);  // this lane's keys: +0 and +8
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * BQ;             // the latest (longest) rows start first
+  const int HI = a.HI, DI = a.DI;
+
+  int lo = a.Tp, hi = 0;
+  for (int b = 0; b < BQ; ++b) {
+    const int i = i0 + b;
+    KeyRange r{0, 0};
+    if (i < a.Tq) r = visible_range(a.rows, i, a.Tp);
+    if (r.end > r.begin) lo = min(lo, r.begin), hi = max(hi, r.end);
+    if (tid == 0) s_b[b] = r.begin, s_e[b] = r.end, s_count[b] = 0, s_thr[b] = 0u;
+  }
+  // q_I of the 4 rows (N rows: row b·HIp + h, zeros past HI and past Tq) and the permuted w: lane q
+  // of a quad reads the weights of its columns 8j + 2q + e at sW[q·w_stride + 2j + e].
+  for (int id = tid; id < N * ATOMS * 8; id += kThreads) {
+    const int r = id / (ATOMS * 8), ch = id % (ATOMS * 8), b = r / HIp, h = r % HIp, i = i0 + b;
+    const bool ok = i < a.Tq && h < HI;
+    load_chunk(sQ + (ch >> 3) * N * 128 + wgmma::swizzled(r, ch & 7), a.q_I + (size_t(ok ? i : 0) * HI + (ok ? h : 0)) * DI,
+               ch * 8, DI, ok, vec);
+  }
+  for (int id = tid; id < 4 * (N / 4); id += kThreads) {
+    const int lq = id / (N / 4), j = (id % (N / 4)) / 2, e = id % 2, col = 8 * j + 2 * lq + e;
+    const int b = col / HIp, h = col % HIp, i = i0 + b;
+    sW[lq * L.w_stride() + 2 * j + e] = (i < a.Tq && h < HI) ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
+  }
+  if (lo < hi) load_key_tile<ATOMS>(sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
+  mma::cp_async_commit();
+  mma::cp_async_wait_all();
+  wgmma::fence_proxy_async();  // cp.async and st.shared writes, read next by wgmma (the async proxy)
+  __syncthreads();
+
+  const float* sWq = sW + q * L.w_stride();
+  const int row_i = i0 + q;
+  float acc[N / 2];
+  for (int base = lo, stage = 0; base < hi; base += kStepKeys, stage ^= 1) {
+    // Room for one step of insertions in every row's buffer (at most 128 a row).
+    for (int b = 0; b < BQ; ++b) {
+      const int n = s_count[b];
+      if (n + kStepKeys > L.CAP) {
+        const uint32_t pivot = select_top(skey + b * L.CAP, sidx + b * L.CAP, n, a.K, scr);
+        if (tid == 0) s_count[b] = a.K, s_thr[b] = pivot;
+        __syncthreads();
+      }
+    }
+    if (base + kStepKeys < hi)
+      load_key_tile<ATOMS>(sK + ((stage ^ 1) * 2 + wg) * ATOMS * kAtomBytes, a, base + kStepKeys + wg * kTileKeys, lo, hi,
+                           wtid, vec);
+    mma::cp_async_commit();
+
+    tile_product<N, ATOMS>(acc, sK + (stage * 2 + wg) * ATOMS * kAtomBytes, sQ);
+    float score[2];
+    head_reduce<N>(score, acc, sWq, a.relu);
+    if (row_i < a.Tq) {
+      const int rb = s_b[q], re = s_e[q];
+      const uint32_t thr = s_thr[q];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = base + wg * kTileKeys + key_in_tile + 8 * r;
+        if (t < rb || t >= re) continue;  // visibility by selection (invisible key rows may be NaN)
+        if (a.scores) a.scores[size_t(row_i) * a.Tp + t] = score[r];
+        const uint32_t key = order_key(score[r]);
+        if (key > thr) {
+          const int pos = atomicAdd(&s_count[q], 1);
+          skey[q * L.CAP + pos] = key;
+          sidx[q * L.CAP + pos] = t;
+        }
+      }
+    }
+    mma::cp_async_wait_all();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // the next tile is in for every thread, this one's readers are done, counts settled
+  }
+
+  // Final selection and output, as in the mma.sync kernel.
+  for (int b = 0; b < BQ; ++b) {
+    const int i = i0 + b;
+    if (i >= a.Tq) break;
+    int n = s_count[b];
+    if (n > a.K) {
+      select_top(skey + b * L.CAP, sidx + b * L.CAP, n, a.K, scr);
+      n = a.K;
+    }
+    sort_canonical(skey + b * L.CAP, sidx + b * L.CAP, n);
+    for (int j = tid; j < a.K; j += kThreads) a.topk[size_t(i) * a.K + j] = j < n ? sidx[b * L.CAP + j] : -1;
+    if (a.topk_scores)
+      for (int j = tid; j < a.K; j += kThreads)
+        a.topk_scores[size_t(i) * a.K + j] = j < n ? score_of_key(skey[b * L.CAP + j]) : -__builtin_huge_valf();
+  }
+#else
+  __trap();  // never launched: the host dispatches here only when sm_90a code was compiled
+#endif
+}
+
+// The kernel and layout for a shape (N and atoms from HI and DI; CAP as large as fits up to
+// K' + max(K', 128)); kernel == nullptr when HI or DI is out of this kernel's range.
+struct Sm90Plan {
+  const void* kernel = nullptr;
+  void (*launch)(const IndexerArgs&, const Sm90Layout&, bool, int, cudaStream_t) = nullptr;
+  Sm90Layout L{};
+};
+
+template <int N, int ATOMS>
+void launch_kernel(const IndexerArgs& a, const Sm90Layout& L, bool vec, int blocks, cudaStream_t s) {
+  auto k = indexer_topk_sm90_kernel<N, ATOMS>;
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L.bytes()));
+  k<<<blocks, kThreads, L.bytes(), s>>>(a, L, vec);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int N, int ATOMS>
+Sm90Plan plan_of(const IndexerArgs& a, int optin) {
+  Sm90Plan p;
+  p.kernel = reinterpret_cast<const void*>(indexer_topk_sm90_kernel<N, ATOMS>);
+  p.launch = launch_kernel<N, ATOMS>;
+  p.L = Sm90Layout{N, ATOMS, 0};
+  const int room = optin - kStatic - p.L.bytes();  // bytes left for the candidate buffers
+  const int fit = room > 0 ? room / (BQ * 8) / 32 * 32 : 0;
+  p.L.CAP = std::min(fit, (a.K + std::max(a.K, kStepKeys) + 31) / 32 * 32);
+  return p;
+}
+
+Sm90Plan plan(const IndexerArgs& a) {
+  int dev = 0, optin = 0;
+  if (a.HI < 1 || a.HI > 64 || a.DI < 1 || a.DI > 128) return {};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();  // no device: nothing here fits, and the next launch check must not see this
+    return {};
+  }
+  const bool one_atom = a.DI <= 64;
+  if (a.HI <= 16) return one_atom ? plan_of<64, 1>(a, optin) : plan_of<64, 2>(a, optin);
+  if (a.HI <= 32) return one_atom ? plan_of<128, 1>(a, optin) : plan_of<128, 2>(a, optin);
+  return one_atom ? plan_of<256, 1>(a, optin) : plan_of<256, 2>(a, optin);
+}
+
+}  // namespace
+
+bool indexer_topk_sm90_fits(const IndexerArgs& a) {
+  const Sm90Plan p = plan(a);
+  return p.kernel && p.L.CAP >= a.K + kStepKeys && sm90a_kernel_fits(p.kernel, p.L.bytes());
+}
+
+void indexer_topk_sm90(const IndexerArgs& a, cudaStream_t s) {
+  const Sm90Plan p = plan(a);
+  const bool vec = a.DI % 8 == 0 && reinterpret_cast<uintptr_t>(a.q_I) % 16 == 0 && reinterpret_cast<uintptr_t>(a.k_I) % 16 == 0;
+  p.launch(a, p.L, vec, (a.Tq + BQ - 1) / BQ, s);
+}
+
+}  // namespace dsa::fused
