@@ -192,16 +192,7 @@ __global__ void __launch_bounds__(kThreads, KS <= 8 ? 2 : 1) indexer_topk_kernel
   for (int q = 0; q < L.BQ; ++q) {
     const int i = i0 + q;
     if (i >= a.Tq) break;
-    int n = s_count[q];
-    if (n > a.K) {
-      select_top(skey + size_t(q) * L.CAP, sidx + size_t(q) * L.CAP, n, a.K, scr);
-      n = a.K;
-    }
-    sort_canonical(skey + size_t(q) * L.CAP, sidx + size_t(q) * L.CAP, n);
-    for (int j = tid; j < a.K; j += kThreads) a.topk[size_t(i) * a.K + j] = j < n ? sidx[size_t(q) * L.CAP + j] : -1;
-    if (a.topk_scores)
-      for (int j = tid; j < a.K; j += kThreads)
-        a.topk_scores[size_t(i) * a.K + j] = j < n ? score_of_key(skey[size_t(q) * L.CAP + j]) : -__builtin_huge_valf();
+    write_topk_row(skey + size_t(q) * L.CAP, sidx + size_t(q) * L.CAP, s_count[q], a, i, scr);
   }
 }
 

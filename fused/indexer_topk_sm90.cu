@@ -236,20 +236,9 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
     __syncthreads();  // the next tile is in for every thread, this one's readers are done, counts settled
   }
 
-  // Final selection and output, as in the mma.sync kernel.
   for (int b = 0; b < BQ; ++b) {
-    const int i = i0 + b;
-    if (i >= a.Tq) break;
-    int n = s_count[b];
-    if (n > a.K) {
-      select_top(skey + b * L.CAP, sidx + b * L.CAP, n, a.K, scr);
-      n = a.K;
-    }
-    sort_canonical(skey + b * L.CAP, sidx + b * L.CAP, n);
-    for (int j = tid; j < a.K; j += kThreads) a.topk[size_t(i) * a.K + j] = j < n ? sidx[b * L.CAP + j] : -1;
-    if (a.topk_scores)
-      for (int j = tid; j < a.K; j += kThreads)
-        a.topk_scores[size_t(i) * a.K + j] = j < n ? score_of_key(skey[b * L.CAP + j]) : -__builtin_huge_valf();
+    if (i0 + b >= a.Tq) break;
+    write_topk_row(skey + b * L.CAP, sidx + b * L.CAP, s_count[b], a, i0 + b, scr);
   }
 #else
   __trap();  // never launched: the host dispatches here only when sm_90a code was compiled
