@@ -215,26 +215,20 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
     tile_product<N, ATOMS>(acc, sK + (stage * 2 + wg) * ATOMS * kAtomBytes, sQ);
     float score[2];
     head_reduce<N>(score, acc, sWq, a.relu);
-    // Candidates (visible, above the row's threshold) into the row's buffer: one atomic per row
-    // and warp for the slots of its 8 lanes' candidates.
-    const bool row_ok = row_i < a.Tq;
-    const int rb = row_ok ? s_b[q] : 0, re = row_ok ? s_e[q] : 0;
-    const uint32_t thr = s_thr[q];
+    if (row_i < a.Tq) {
+      const int rb = s_b[q], re = s_e[q];
+      const uint32_t thr = s_thr[q];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = base + wg * kTileKeys + key_in_tile + 8 * r;
-      const bool visible = t >= rb && t < re;  // visibility by selection (invisible key rows may be NaN)
-      if (visible && a.scores) a.scores[size_t(row_i) * a.Tp + t] = score[r];
-      const uint32_t key = order_key(score[r]);
-      const bool cand = visible && key > thr;
-      const unsigned same_row = __ballot_sync(0xffffffffu, cand) & (0x11111111u << q);
-      const int leader = same_row ? __ffs(same_row) - 1 : lane;
-      int pos = 0;
-      if (cand && lane == leader) pos = atomicAdd(&s_count[q], __popc(same_row));
-      pos = __shfl_sync(0xffffffffu, pos, leader) + __popc(same_row & ((1u << lane) - 1u));
-      if (cand) {
-        skey[q * L.CAP + pos] = key;
-        sidx[q * L.CAP + pos] = t;
+      for (int r = 0; r < 2; ++r) {
+        const int t = base + wg * kTileKeys + key_in_tile + 8 * r;
+        if (t < rb || t >= re) continue;  // visibility by selection (invisible key rows may be NaN)
+        if (a.scores) a.scores[size_t(row_i) * a.Tp + t] = score[r];
+        const uint32_t key = order_key(score[r]);
+        if (key > thr) {
+          const int pos = atomicAdd(&s_count[q], 1);
+          skey[q * L.CAP + pos] = key;
+          sidx[q * L.CAP + pos] = t;
+        }
       }
     }
     mma::cp_async_wait_all();

@@ -65,22 +65,10 @@ inline __device__ RadixPick radix_pick(int n, int m, Value value, In in, SelectS
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = tid; b < 256; b += kSelThreads) s.hist[b] = 0;
     __syncthreads();
-    // One atomic per distinct bin of a warp: the scores of a row share their top bits, so most
-    // candidates fall in one bin and per-element atomics on it serialize the whole pass.
-    for (int base = 0; base < n; base += kSelThreads) {
-      const int i = base + tid;
-      uint32_t k = 0;
-      bool counted = false;
-      if (i < n && in(i)) {
-        k = value(i);
-        counted = (k & mask) == prefix;
-      }
-      const unsigned counting = __ballot_sync(0xffffffffu, counted);
-      if (counted) {
-        const uint32_t bin = (k >> shift) & 255u;
-        const unsigned peers = __match_any_sync(counting, bin);
-        if (lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], __popc(peers));
-      }
+    for (int i = tid; i < n; i += kSelThreads) {
+      if (!in(i)) continue;
+      const uint32_t k = value(i);
+      if ((k & mask) == prefix) atomicAdd(&s.hist[(k >> shift) & 255u], 1);
     }
     __syncthreads();
     if (tid < 32) {  // lane l owns bins 255−8l … 248−8l, scanned from the top
@@ -185,9 +173,6 @@ inline __device__ uint32_t select_top(uint32_t* key, int32_t* idx, int n, int m,
 inline __device__ void sort_canonical(uint32_t* key, int32_t* idx, int n) {
   int P = 1;
   while (P < n) P <<= 1;
-  // A step with j ≤ 32 stays inside each warp's 64 elements of every 512 (thread t's pair is in
-  // the 2j-block of t / j, or the mirrored k = 2j block): between two such steps a warp barrier is enough.
-  auto warp_local = [](int j) { return j <= 32; };
   for (int k = 2; k <= P; k <<= 1)
     for (int j = k >> 1; j > 0; j >>= 1) {
       for (int t = threadIdx.x; t < P / 2; t += kSelThreads) {
@@ -207,12 +192,7 @@ inline __device__ void sort_canonical(uint32_t* key, int32_t* idx, int n) {
           idx[a] = ib, idx[b] = ia;
         }
       }
-      const int next_j = j > 1 ? j >> 1 : k;  // the next step's j (the next merge's first is k)
-      const bool last = j == 1 && k == P;
-      if (!last && warp_local(j) && warp_local(next_j))
-        __syncwarp();
-      else
-        __syncthreads();
+      __syncthreads();
     }
 }
 
