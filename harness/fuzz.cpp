@@ -281,7 +281,7 @@ int run_session(const SessionOptions& o, Backend& backend) {
   portable.binary = "dsa-parity";
   const std::string report_dir =
       o.report.empty() ? std::string() : fs::absolute(o.report).parent_path().lexically_normal().string();
-  auto in_report = [&](const std::string& path) { return relative_to(path, report_dir); };
+  auto in_report = [&](const std::string& path) { return report_path(path, report_dir, o.case_root); };
   auto absolute = [](const std::string& path) { return fs::absolute(path).lexically_normal().string(); };
 
   RunContext ctx;
@@ -383,9 +383,11 @@ int run_session(const SessionOptions& o, Backend& backend) {
     record_locked(r);
     progress.update(tally.cases, tally.failed, tally.passed);
   };
-  // A failing (or given-up) case's file and repro lines: a random case is written to out_dir; the
-  // report names the file relative to its folder.
+  // A failing (or given-up) case's file and repro lines: a random case is written to out_dir, and
+  // so is a corpus case the report could name only from the corpus (report_path), so that the
+  // repro line runs from the report's folder; the report names the file relative to its folder.
   auto add_case_file = [&](CaseRecord& r) {
+    if (!r.case_file.empty() && is_corpus_relative(in_report(r.case_file))) r.case_file.clear();
     if (r.case_file.empty()) {
       r.case_file = (fs::path(out_dir) / ("case-" + std::to_string(r.index) + ".json")).string();
       fs::create_directories(out_dir);

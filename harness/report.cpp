@@ -745,6 +745,23 @@ std::string relative_to(const std::string& path, const std::string& folder) {
   return rel.empty() ? path : rel.generic_string();
 }
 
+std::string report_path(const std::string& path, const std::string& report_folder, const std::string& corpus_root) {
+  namespace fs = std::filesystem;
+  const std::string rel = relative_to(path, report_folder);
+  if (corpus_root.empty() || report_folder.empty() || fs::path(rel).is_absolute()) return rel;
+  std::error_code ec;
+  const fs::path base = fs::absolute(report_folder, ec).lexically_normal().relative_path(), up(rel);
+  const auto climbs = std::count(up.begin(), up.end(), fs::path(".."));
+  const auto depth = std::distance(base.begin(), base.end()) - (base.filename().empty() ? 1 : 0);  // "a/b/" ends in ""
+  if (depth == 0 || climbs < depth) return rel;  // the report folder and the file share a folder below the root
+  const fs::path in_corpus = fs::absolute(path, ec).lexically_normal().lexically_relative(
+      fs::absolute(corpus_root, ec).lexically_normal());
+  if (in_corpus.empty() || *in_corpus.begin() == "..") return rel;  // not a corpus file
+  return "corpus " + in_corpus.generic_string();
+}
+
+bool is_corpus_relative(const std::string& path) { return path.rfind("corpus ", 0) == 0; }
+
 std::string margin_table(const RunTally& t) {
   if (t.margins.empty()) return "";
   size_t w = 6;

@@ -107,6 +107,13 @@ void set_invoked_binary(const std::string& argv0);
 const std::string& invoked_binary();
 // path relative to folder ("" folder: path as is); generic separators.
 std::string relative_to(const std::string& path, const std::string& folder);
+// A corpus path as a report in report_folder holds it: relative to that folder, except where that
+// relative path would climb to the filesystem root and so spell out the machine's directories (a
+// report in /tmp, the corpus under /home/alice): a file under corpus_root is then
+// "corpus <path relative to corpus_root>" (README "Portable reports"), which merging leaves as it is.
+std::string report_path(const std::string& path, const std::string& report_folder, const std::string& corpus_root);
+// The "corpus ..." form of report_path.
+bool is_corpus_relative(const std::string& path);
 
 // What the summary, the bucket table and JUnit's counts need, without the cases themselves: a
 // long run keeps counts and one row per bucket in memory, never its case records.

@@ -34,16 +34,16 @@ struct Input {
 constexpr const char* kSameRun[] = {"command", "master_seed", "profile", "backend", "oracle", "paths", "git_sha", "git_dirty", "repeat"};
 
 // fuzz names a random case's origin "random <profile> seed <S> #<i>"; any other origin is a case
-// file, relative to the report's folder.
+// file, relative to the report's folder or "corpus <path>" (report_path).
 bool is_random_origin(const std::string& origin) {
   static const std::regex random(R"(^random \S+ seed [0-9]+ #[0-9]+$)");
   return std::regex_match(origin, random);
 }
 
-// A path relative to one report's folder, made relative to the merged report's (absolute paths
-// and paths of a report in the same folder stay as they are).
+// A path relative to one report's folder, made relative to the merged report's (absolute paths,
+// "corpus ..." paths and paths of a report in the same folder stay as they are).
 std::string rebase(const std::string& path, const fs::path& from, const fs::path& to) {
-  if (path.empty() || fs::path(path).is_absolute() || from == to) return path;
+  if (path.empty() || fs::path(path).is_absolute() || is_corpus_relative(path) || from == to) return path;
   return relative_to((from / path).string(), to.string());
 }
 

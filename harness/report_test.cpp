@@ -514,6 +514,16 @@ TEST(Report, ReproLinesCarryTheEnvironmentAndTheOptions) {
   for (auto& [k, v] : env) EXPECT_NE(k, "DSA_GIT_SHA");
   EXPECT_EQ(relative_to("/a/b/c/d.json", "/a/b"), "c/d.json");
   EXPECT_EQ(relative_to("/a/x.json", "/a/b"), "../x.json");
+  // A corpus file whose path from the report's folder would climb to the root (and so spell out
+  // the machine's folders) is named from the corpus instead; every other path stays relative.
+  EXPECT_EQ(report_path("/work/main/cases/edge/x.json", "/tmp/tmp.ab", "/work/main/cases"), "corpus edge/x.json");
+  EXPECT_EQ(report_path("/work/main/cases/edge/x.json", "/tmp/tmp.ab/", "/work/main/cases/"), "corpus edge/x.json");
+  EXPECT_EQ(report_path("/work/main/cases/edge/x.json", "/work/out", "/work/main/cases"), "../main/cases/edge/x.json");
+  EXPECT_EQ(report_path("/work/main/cases/edge/x.json", "/tmp/tmp.ab", ""), "../../work/main/cases/edge/x.json");
+  EXPECT_EQ(report_path("/other/y.json", "/tmp/tmp.ab", "/work/main/cases"), "../../other/y.json");  // not a corpus file
+  EXPECT_EQ(report_path("/tmp/tmp.ab/out/case-1.json", "/tmp/tmp.ab", "/work/main/cases"), "out/case-1.json");
+  EXPECT_TRUE(is_corpus_relative("corpus edge/x.json"));
+  EXPECT_FALSE(is_corpus_relative("../corpus/x.json"));
   set_invoked_binary("build/dsa-parity");
   EXPECT_EQ(invoked_binary(), (std::filesystem::current_path() / "build/dsa-parity").string());
   set_invoked_binary("dsa-parity");

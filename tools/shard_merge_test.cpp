@@ -188,6 +188,26 @@ TEST(ShardMerge, ShardZeroOfOneIsTheRunWithoutTheFlag) {
   EXPECT_EQ(without_timings(read_json(d + "/e.json")), without_timings(read_json(d + "/c.json")));
 }
 
+// A corpus origin in the "corpus <path>" form (written where the path from the report's folder would
+// climb to the filesystem root) names the file from the corpus, not from the report: merging shards
+// from other folders must leave it as it is, as it rebases every relative path.
+TEST(ShardMerge, CorpusRelativeOriginsAreNotRebased) {
+  const std::string d = cli_testing::scratch("dsa-shard");
+  const std::string replay = "replay " + q(kSource + "/cases/edge") + " --backend reference";
+  for (int i = 0; i < 2; ++i) {
+    const std::string r = "s" + std::to_string(i) + "/r.json";
+    ASSERT_EQ(dsa(replay + " --shard " + std::to_string(i) + "/2 --report " + r, d).code, 0);
+    json j = read_json(d + "/" + r);
+    for (auto& c : j["cases"]) c["origin"] = "corpus " + c["name"].get<std::string>();
+    write_json(d + "/" + r, j);
+  }
+  const Outcome merge = dsa("merge s0/r.json s1/r.json -o m/r.json", d);
+  ASSERT_EQ(merge.code, 0) << merge.out << merge.err;
+  const json m = read_json(d + "/m/r.json");
+  ASSERT_GT(m["cases"].size(), 2u);
+  for (auto& c : m["cases"]) EXPECT_EQ(c["origin"], "corpus " + c["name"].get<std::string>());
+}
+
 TEST(ShardMerge, ReplayShardsMergedAreTheWholeReplay) {
   const std::string d = cli_testing::scratch("dsa-shard");
   const std::string replay = "replay " + q(kSource + "/cases/edge") + " --backend reference";
