@@ -136,8 +136,10 @@ void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
 // Every kernel that takes the case: the mma.sync one always, the wgmma one where it fits (an sm_90
 // device with sm_90a code, HI ≤ 64, DI ≤ 128), so that both are held to the same checks.
 void check_indexer(const IndexerCase& c) {
-  SCOPED_TRACE("mma.sync kernel");
-  check_indexer_on(c, IndexerKernel::mma);
+  {
+    SCOPED_TRACE("mma.sync kernel");
+    check_indexer_on(c, IndexerKernel::mma);
+  }
   IndexerArgs probe{};
   probe.HI = int(c.HI), probe.DI = int(c.DI), probe.K = int(c.K);
   if (indexer_topk_kernel_for(probe) == IndexerKernel::wgmma) {
