@@ -16,7 +16,7 @@
 // Measured (27th session, H100): 5–9 % faster than the mma.sync kernel at S 16K, 7–11 % slower at
 // 4K. The selects, not the product, bound it: at one CTA an SM the compactions and each row's last
 // select and sort run with the tensor cores idle, and its CAP (3008 at K' 2048) compacts more often
-// than the mma.sync kernel's 4096. reports/device/2026-12-07-s27-wgs1-experiment.patch (two CTAs an
+// than the mma.sync kernel's 4096. reports/device/2026-12-07-s27-indexer-experiment.patch (two CTAs an
 // SM) is the next step to measure.
 #include <algorithm>
 #include <cstdint>

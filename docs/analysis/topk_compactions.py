@@ -11,7 +11,7 @@ whatever the distribution, as long as the order of the keys is random).
 Usage: python3 docs/analysis/topk_compactions.py [--k 2048] [--rows 4096,16384,65536]
                                                    [--buffers 4096:256,3008:128,2816:64]
 --buffers: CAP:STEP pairs (the mma.sync kernel: 4096:256; the wgmma kernel: 3008:128; its
-one-warpgroup experiment, reports/device/2026-12-07-s27-wgs1-experiment.patch: 2816:64).
+one-warpgroup experiment, reports/device/2026-12-07-s27-indexer-experiment.patch: 2816:64).
 
 At K' 2048 (27th session): a 16K-key row compacts 3 times at CAP 4096 (11 848 elements through the
 selects, 2285 left for the last select), 5 times at 3008 (14 592, 2865) and 6 at 2816 (16 647,

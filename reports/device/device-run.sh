@@ -36,6 +36,8 @@
 # case's ranks bounded by MEGATRON_CP_TIMEOUT (60) seconds.
 # Kernel work (one maintained set of stages, so no session forks this script):
 # CUDA_ARCHS (e.g. 90a-real) sets CMAKE_CUDA_ARCHITECTURES for the build and the mutants' builds.
+# PATCH: an experiment patch (e.g. reports/device/*-experiment.patch) applied to the tree before the
+# build (git apply, else patch -p1); the call stops if it does not apply.
 # fusedtests: fused_tests with FUSED_FILTER (default all; 300 s cap). oracletests: check/gpu/gpu_oracle_tests.
 # variants: for each of VARIANTS (e.g. "0 1 2") with VARIANT_ENV=<v> set (a switch an uncommitted
 # experiment tree reads), fused_tests with VARIANT_TESTS, then the benchmarks VARIANT_BENCH, all
@@ -71,6 +73,10 @@ PROD_S=${PROD_S:-60}
 SEED=${SEED:-11}
 ORACLE=${ORACLE:-cpu}
 BOTH_S=${BOTH_S:-120}
+if [ -n "$PATCH" ]; then
+  { git apply "$PATCH" 2>/dev/null || patch -p1 --forward < "$PATCH" > /dev/null; } && echo "applied $PATCH" ||
+    { echo "PATCH $PATCH does not apply"; exit 1; }
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSA_MUTANT= ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} > $OUT/build.log 2>&1 &&
   cmake --build build -j16 --target ${TARGETS:-core_tests fused_tests gpu_oracle_tests gpu_oracle_bench harness_tests tool_tests dsa-parity} >> $OUT/build.log 2>&1 ||
   { grep -E "error|undefined" $OUT/build.log | head -40; exit 1; }
