@@ -27,6 +27,9 @@ __device__ __forceinline__ KeyRange visible_range(const RowRanges& rows, int i, 
   return r;
 }
 
+// The indexer's activation φ (SPEC §3): ReLU, or the identity without it.
+__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
+
 // Local row i's n candidates (key, idx) into its K' = a.K slots: a last select when it holds more,
 // SPEC §4's canonical order, −1 after; the slot scores too when asked for. All kSelThreads threads.
 __device__ __forceinline__ void write_topk_row(uint32_t* key, int32_t* idx, int n, const IndexerArgs& a, int i,

@@ -52,8 +52,6 @@ struct IndexerLayout {
   __host__ __device__ size_t bytes() const { return q_bytes() + w_bytes() + buf_bytes(); }
 };
 
-__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
-
 __global__ void fill_kernel(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }

@@ -56,8 +56,6 @@ struct Sm90Layout {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
-
 // 16 bytes (8 bf16 from column col of a row of length n) into shared memory at dst: cp.async when
 // the rows are 16-byte aligned (vec), else element loads; zeros past n or when !ok.
 __device__ __forceinline__ void load_chunk(unsigned char* dst, const bf16* row, int col, int n, bool ok, bool vec) {

@@ -75,7 +75,6 @@ struct LossLayout {
   __host__ __device__ size_t bytes() const { return off_kI2() + (kI2 ? kI_bytes() : 0); }
 };
 
-__device__ __forceinline__ float phi(float u, bool relu) { return relu ? fmaxf(u, 0.f) : u; }
 __device__ __forceinline__ float dphi(float u, bool relu) {
   if (!relu) return 1.f;
 #if DSA_MUTANT_relu_grad_one_at_zero
