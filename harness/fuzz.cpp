@@ -255,23 +255,19 @@ int run_session(const SessionOptions& o, Backend& backend) {
   if (o.oracle != "cpu") here.options.insert(here.options.end(), {"--oracle", o.oracle});
   if (o.backend_opt.comm != "auto") here.options.insert(here.options.end(), {"--comm", o.backend_opt.comm});
   if (o.repeat > 1) here.options.insert(here.options.end(), {"--repeat", std::to_string(o.repeat)});
-  if (o.backend_opt.exec_timeout_s != BackendOptions{}.exec_timeout_s) {
+  auto add_seconds = [&](const char* flag, double s) {
     char b[40];
-    std::snprintf(b, sizeof b, "%g", o.backend_opt.exec_timeout_s);
-    here.options.insert(here.options.end(), {"--exec-timeout", b});
-  }
-  if (o.case_timeout_s > 0) {  // a case that timed out here times out again, rather than hang
-    char b[40];
-    std::snprintf(b, sizeof b, "%g", o.case_timeout_s);
-    here.options.insert(here.options.end(), {"--case-timeout", b});
-  }
+    std::snprintf(b, sizeof b, "%g", s);
+    here.options.insert(here.options.end(), {flag, b});
+  };
+  if (o.backend_opt.exec_timeout_s != BackendOptions{}.exec_timeout_s)
+    add_seconds("--exec-timeout", o.backend_opt.exec_timeout_s);
+  if (o.case_timeout_s > 0)  // a case that timed out here times out again, rather than hang
+    add_seconds("--case-timeout", o.case_timeout_s);
   if (o.backend_opt.comm == "mpi") {  // one process per rank again, as many as this run had
     here.launcher = "mpirun -np " + std::to_string(o.world_size);
-    if (o.backend_opt.rank_timeout_s != BackendOptions{}.rank_timeout_s) {
-      char b[40];
-      std::snprintf(b, sizeof b, "%g", o.backend_opt.rank_timeout_s);
-      here.options.insert(here.options.end(), {"--rank-timeout", b});
-    }
+    if (o.backend_opt.rank_timeout_s != BackendOptions{}.rank_timeout_s)
+      add_seconds("--rank-timeout", o.backend_opt.rank_timeout_s);
   }
   if (limits().max_bytes != 0) here.options.insert(here.options.end(), {"--max-bytes", std::to_string(limits().max_bytes)});
   if (limits().max_pairs != Limits{}.max_pairs)
