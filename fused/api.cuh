@@ -36,8 +36,10 @@ struct IndexerArgs {
 };
 // Which kernel runs it: `best` takes the Hopper wgmma kernel where it fits (sm_90, HI ≤ 64,
 // DI ≤ 128) and the mma.sync kernel (any shape, sm_80+) otherwise; `mma` and `wgmma` force one
-// (wgmma throws std::invalid_argument where it does not fit).
-enum class IndexerKernel { best, mma, wgmma };
+// (wgmma throws std::invalid_argument where it does not fit). `two_phase` (the wgmma kernel's
+// device and shape rule): the scores of a block of rows into a workspace of at most 128 MiB
+// (a.scores itself when set), then a top-k kernel over them (fused/topk_rows.cu), block by block.
+enum class IndexerKernel { best, mma, wgmma, two_phase };
 void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel = IndexerKernel::best);
 // The kernel `best` picks for a.
 IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a);

@@ -18,6 +18,7 @@
 #include "fused/api.cuh"
 #include "fused/attention.hpp"
 #include "fused/indexer_testing.hpp"
+#include "fused/indexer_topk_sm90.hpp"
 #include "check/compare.hpp"
 #include "reference/core.hpp"
 
@@ -76,6 +77,10 @@ struct IndexerCase {
   return ::testing::AssertionSuccess();
 }
 
+std::string kernel_name(IndexerKernel k) {
+  return k == IndexerKernel::mma ? "mma.sync" : k == IndexerKernel::wgmma ? "wgmma" : "two-phase";
+}
+
 void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
   Dims d = tiny_dims();
   d.HI = c.HI, d.DI = c.DI;
@@ -122,19 +127,31 @@ void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
     EXPECT_TRUE(bitwise_equal(topk_scores2.download(), ts_local)) << "rank " << r << ": topk_scores changed run to run";
     EXPECT_TRUE(canonical_rows(t_local, s_local, Tq, Tp, K)) << "rank " << r;
     EXPECT_TRUE(slot_scores_match(t_local, ts_local, s_local, Tq, Tp, K)) << "rank " << r;
+    if (kernel == IndexerKernel::two_phase) {
+      // Without a.scores the scores go through its own workspace, here 8 rows a block, and a
+      // buffer of only K' slots sends long rows through every radix pass and ties through the
+      // index-order path: the same rows bit for bit.
+      DeviceArray<int32_t> topk3(size_t(Tq) * K, int32_t(-7));
+      DeviceArray<float> topk_scores3(size_t(Tq) * K, kNaN);
+      a.topk = topk3.p, a.topk_scores = topk_scores3.p, a.scores = nullptr;
+      indexer_topk_two_phase(a, nullptr, TwoPhaseSizes{size_t(8) * Tp * sizeof(float), K});
+      check_cuda(cudaDeviceSynchronize(), "two-phase indexer, small blocks and buffer");
+      EXPECT_EQ(topk3.download(), t_local) << "rank " << r << ": small blocks and buffer changed the selection";
+      EXPECT_TRUE(bitwise_equal(topk_scores3.download(), ts_local)) << "rank " << r << ": small blocks and buffer";
+    }
     for (int i = 0; i < Tq; ++i) {
       std::copy(s_local.begin() + size_t(i) * Tp, s_local.begin() + size_t(i + 1) * Tp, sc.begin() + rows_g[i] * Tp);
       std::copy(t_local.begin() + size_t(i) * K, t_local.begin() + size_t(i + 1) * K, tk.begin() + rows_g[i] * K);
     }
   }
 
-  const std::string ctx = std::string(kernel == IndexerKernel::mma ? "mma.sync" : "wgmma") + " kernel, seed " + std::to_string(c.seed);
+  const std::string ctx = kernel_name(kernel) + " kernel, seed " + std::to_string(c.seed);
   EXPECT_TRUE(parity("scores", sc, *E.scores, *Lw.scores, L, ctx));
   EXPECT_TRUE(topk_passes(tk, K, *E.scores, *Lw.scores, L, ctx));
 }
 
-// Every kernel that takes the case: the mma.sync one always, the wgmma one where it fits (an sm_90
-// device with sm_90a code, HI ≤ 64, DI ≤ 128), so that both are held to the same checks.
+// Every kernel that takes the case: the mma.sync one always, the wgmma and the two-phase ones where
+// they fit (an sm_90 device with sm_90a code, HI ≤ 64, DI ≤ 128), all held to the same checks.
 void check_indexer(const IndexerCase& c) {
   {
     SCOPED_TRACE("mma.sync kernel");
@@ -145,6 +162,10 @@ void check_indexer(const IndexerCase& c) {
   if (indexer_topk_kernel_for(probe) == IndexerKernel::wgmma) {
     SCOPED_TRACE("wgmma kernel");
     check_indexer_on(c, IndexerKernel::wgmma);
+  }
+  if (indexer_scores_sm90_fits(probe)) {
+    SCOPED_TRACE("two-phase kernel");
+    check_indexer_on(c, IndexerKernel::two_phase);
   }
 }
 
@@ -206,22 +227,25 @@ TEST(FusedIndexer, ProductionShapesTakeTheWgmmaKernelOnSm90) {
   }
 }
 
-// Forcing the wgmma indexer onto a shape it does not take is one clear error naming the rule and
-// the shape, before anything is launched (so this runs without a GPU too).
+// Forcing the wgmma or the two-phase indexer onto a shape it does not take is one clear error
+// naming the kernel, the rule and the shape, before anything is launched (so this runs without a
+// GPU too).
 TEST(FusedIndexer, ForcingTheWgmmaKernelWhereItDoesNotFitIsAClearError) {
-  for (auto [HI, DI] : {std::pair{65, 128}, std::pair{64, 130}}) {
-    IndexerArgs a{};
-    a.HI = HI, a.DI = DI, a.K = 4, a.Tp = 8, a.Tq = 8;
-    EXPECT_EQ(indexer_topk_kernel_for(a), IndexerKernel::mma);
-    try {
-      indexer_topk(a, nullptr, IndexerKernel::wgmma);
-      ADD_FAILURE() << "HI " << HI << ", DI " << DI << ": no error";
-    } catch (const std::invalid_argument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("HI <= 64 and DI <= 128"), std::string::npos) << m;
-      EXPECT_NE(m.find("HI = " + std::to_string(HI) + ", DI = " + std::to_string(DI)), std::string::npos) << m;
+  for (IndexerKernel kernel : {IndexerKernel::wgmma, IndexerKernel::two_phase})
+    for (auto [HI, DI] : {std::pair{65, 128}, std::pair{64, 130}}) {
+      IndexerArgs a{};
+      a.HI = HI, a.DI = DI, a.K = 4, a.Tp = 8, a.Tq = 8;
+      EXPECT_EQ(indexer_topk_kernel_for(a), IndexerKernel::mma);
+      try {
+        indexer_topk(a, nullptr, kernel);
+        ADD_FAILURE() << kernel_name(kernel) << ", HI " << HI << ", DI " << DI << ": no error";
+      } catch (const std::invalid_argument& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("the " + kernel_name(kernel) + " kernel needs"), std::string::npos) << m;
+        EXPECT_NE(m.find("HI <= 64 and DI <= 128"), std::string::npos) << m;
+        EXPECT_NE(m.find("HI = " + std::to_string(HI) + ", DI = " + std::to_string(DI)), std::string::npos) << m;
+      }
     }
-  }
 }
 
 // indexer_scores_at (the bench's stand-in for the indexer's topk_scores) against fp64 over the same

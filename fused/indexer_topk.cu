@@ -222,6 +222,26 @@ void launch(const IndexerArgs& a, cudaStream_t s) {
 
 }  // namespace
 
+void indexer_topk_two_phase(const IndexerArgs& a, cudaStream_t s, const TwoPhaseSizes& sizes) {
+  const size_t ld = a.scores ? size_t(a.Tp) : size_t(round_up(a.Tp, 4));  // the workspace's rows: 16-byte loads
+  const int block = a.scores ? a.Tq
+                             : int(std::clamp<size_t>(sizes.workspace_bytes / (ld * sizeof(float)) / 4 * 4, 4, size_t(a.Tq)));
+  float* work = a.scores;
+  if (!work) DSA_CUDA_CHECK(cudaMallocAsync(&work, size_t(block) * ld * sizeof(float), s));
+  struct Free {  // stream-ordered, also when a launch throws
+    float* p;
+    cudaStream_t s;
+    ~Free() {
+      if (p) cudaFreeAsync(p, s);
+    }
+  } free_work{a.scores ? nullptr : work, s};
+  for (int row0 = 0; row0 < a.Tq; row0 += block) {
+    const ScoreRows rows{work, ld, row0, std::min(block, a.Tq - row0)};
+    indexer_scores_sm90(a, rows, s);
+    topk_rows(a, rows, s, sizes.cap);
+  }
+}
+
 IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a) {
   return indexer_topk_sm90_fits(a) ? IndexerKernel::wgmma : IndexerKernel::mma;
 }
@@ -231,16 +251,23 @@ void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel) {
   require(a.DI >= 1 && a.DI <= 256, "DI", "between 1 and 256 in the fused indexer");
   require(a.K >= 1 && a.K <= a.Tp, "K", "between 1 and Tp (K' = min(K, Tp))");
   if (a.Tq <= 0) return;
-  const bool wgmma = kernel != IndexerKernel::mma && indexer_topk_sm90_fits(a);  // asked once: it queries the driver
-  if (kernel == IndexerKernel::wgmma && !wgmma)
-    throw std::invalid_argument("indexer_topk: the wgmma kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
+  const bool two_phase = kernel == IndexerKernel::two_phase;
+  if (two_phase && indexer_scores_sm90_fits(a) && topk_rows_cap(a) == 0)
+    throw InvalidInput("K", "K' = " + std::to_string(a.K) + " needs more shared memory than the two-phase indexer's top-k has");
+  const bool wgmma = kernel != IndexerKernel::mma &&
+                     (two_phase ? indexer_scores_sm90_fits(a) : indexer_topk_sm90_fits(a));  // asked once: it queries the driver
+  if ((kernel == IndexerKernel::wgmma || two_phase) && !wgmma)
+    throw std::invalid_argument(std::string("indexer_topk: the ") + (two_phase ? "two-phase" : "wgmma") +
+                                " kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
                                 std::to_string(a.HI) + ", DI = " + std::to_string(a.DI) + ")");
   if (a.scores) {
     const size_t n = size_t(a.Tq) * a.Tp;
     fill_kernel<<<int(std::min<size_t>((n + 255) / 256, 4096)), 256, 0, s>>>(a.scores, n, -__builtin_huge_valf());
     DSA_CUDA_CHECK(cudaGetLastError());
   }
-  if (wgmma)
+  if (two_phase)
+    indexer_topk_two_phase(a, s);
+  else if (wgmma)
     indexer_topk_sm90(a, s);
   else if (a.DI <= 128)
     launch<8>(a, s);

@@ -27,6 +27,7 @@
 #include "fused/indexer_topk_sm90.hpp"
 #include "fused/mma.cuh"
 #include "fused/pipeline.cuh"
+#include "fused/topk_rows.hpp"
 #include "fused/topk_select.cuh"
 #include "fused/wgmma.cuh"
 
@@ -40,6 +41,7 @@ constexpr int kTileKeys = 64;  // keys per warpgroup per step (the wgmma M)
 constexpr int kStepKeys = 2 * kTileKeys;
 constexpr int kAtomBytes = 64 * 128;  // 64 rows × 64 bf16 columns, the swizzle atom column of a tile
 constexpr int kStatic = 4096;         // static shared memory and the per-block reserve, rounded up
+constexpr int kScoreSpan = 32 * kStepKeys;  // keys a CTA of the scores-only kernel takes (of its rows' union)
 
 [[maybe_unused]] __host__ __device__ constexpr int heads_padded(int N) { return N / BQ; }
 
@@ -147,12 +149,45 @@ __device__ __forceinline__ void head_reduce(float (&score)[2], const float (&acc
   }
 }
 
+// The visible ranges of the CTA's rows i0 … i0 + 3 (those below row_end) into s_b / s_e (thread
+// 0 writes) and their union into [lo, hi).
+__device__ __forceinline__ void row_ranges(const IndexerArgs& a, int i0, int row_end, int* s_b, int* s_e, int& lo, int& hi) {
+  lo = a.Tp, hi = 0;
+  for (int b = 0; b < BQ; ++b) {
+    const int i = i0 + b;
+    KeyRange r{0, 0};
+    if (i < row_end) r = visible_range(a.rows, i, a.Tp);
+    if (r.end > r.begin) lo = min(lo, r.begin), hi = max(hi, r.end);
+    if (threadIdx.x == 0) s_b[b] = r.begin, s_e[b] = r.end;
+  }
+}
+
+// q_I of the 4 rows (N rows: row b·HIp + h, zeros past HI and past row_end) and the permuted w:
+// lane q of a quad reads the weights of its columns 8j + 2q + e at sW[q·w_stride + 2j + e]. All
+// threads; q_I's cp.async copies are left to the caller's commit.
+template <int N, int ATOMS>
+__device__ __forceinline__ void load_queries(const IndexerArgs& a, const Sm90Layout& L, int i0, int row_end, bool vec,
+                                             unsigned char* sQ, float* sW) {
+  constexpr int HIp = heads_padded(N);
+  const int tid = threadIdx.x, HI = a.HI, DI = a.DI;
+  for (int id = tid; id < N * ATOMS * 8; id += kThreads) {
+    const int r = id / (ATOMS * 8), ch = id % (ATOMS * 8), b = r / HIp, h = r % HIp, i = i0 + b;
+    const bool ok = i < row_end && h < HI;
+    load_chunk(sQ + (ch >> 3) * N * 128 + wgmma::swizzled(r, ch & 7), a.q_I + (size_t(ok ? i : 0) * HI + (ok ? h : 0)) * DI,
+               ch * 8, DI, ok, vec);
+  }
+  for (int id = tid; id < 4 * (N / 4); id += kThreads) {
+    const int lq = id / (N / 4), j = (id % (N / 4)) / 2, e = id % 2, col = 8 * j + 2 * lq + e;
+    const int b = col / HIp, h = col % HIp, i = i0 + b;
+    sW[lq * L.w_stride() + 2 * j + e] = (i < row_end && h < HI) ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 template <int N, int ATOMS>
 __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const IndexerArgs a, const Sm90Layout L, bool vec) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int HIp = heads_padded(N);
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   unsigned char* sQ = smem;
@@ -168,29 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wtid = tid & 127;
   const int key_in_tile = ((tid >> 5) & 3) * 16 + (lane >> 2);  // this lane's keys: +0 and +8
   const int i0 = (gridDim.x - 1 - blockIdx.x) * BQ;             // the latest (longest) rows start first
-  const int HI = a.HI, DI = a.DI;
 
-  int lo = a.Tp, hi = 0;
-  for (int b = 0; b < BQ; ++b) {
-    const int i = i0 + b;
-    KeyRange r{0, 0};
-    if (i < a.Tq) r = visible_range(a.rows, i, a.Tp);
-    if (r.end > r.begin) lo = min(lo, r.begin), hi = max(hi, r.end);
-    if (tid == 0) s_b[b] = r.begin, s_e[b] = r.end, s_count[b] = 0, s_thr[b] = 0u;
-  }
-  // q_I of the 4 rows (N rows: row b·HIp + h, zeros past HI and past Tq) and the permuted w: lane q
-  // of a quad reads the weights of its columns 8j + 2q + e at sW[q·w_stride + 2j + e].
-  for (int id = tid; id < N * ATOMS * 8; id += kThreads) {
-    const int r = id / (ATOMS * 8), ch = id % (ATOMS * 8), b = r / HIp, h = r % HIp, i = i0 + b;
-    const bool ok = i < a.Tq && h < HI;
-    load_chunk(sQ + (ch >> 3) * N * 128 + wgmma::swizzled(r, ch & 7), a.q_I + (size_t(ok ? i : 0) * HI + (ok ? h : 0)) * DI,
-               ch * 8, DI, ok, vec);
-  }
-  for (int id = tid; id < 4 * (N / 4); id += kThreads) {
-    const int lq = id / (N / 4), j = (id % (N / 4)) / 2, e = id % 2, col = 8 * j + 2 * lq + e;
-    const int b = col / HIp, h = col % HIp, i = i0 + b;
-    sW[lq * L.w_stride() + 2 * j + e] = (i < a.Tq && h < HI) ? __bfloat162float(a.w[size_t(i) * HI + h]) : 0.f;
-  }
+  int lo, hi;
+  row_ranges(a, i0, a.Tq, s_b, s_e, lo, hi);
+  load_queries<N, ATOMS>(a, L, i0, a.Tq, vec, sQ, sW);
+  if (tid < BQ) s_count[tid] = 0, s_thr[tid] = 0u;
   if (lo < hi) load_key_tile<ATOMS>(sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
   mma::cp_async_commit();
   mma::cp_async_wait_all();
@@ -248,12 +265,80 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
 #endif
 }
 
+// Scores only, the first phase of IndexerKernel::two_phase: local rows [row0, row_end) in blocks of
+// 4 (blockIdx.x, the latest first), each block's key union cut into spans of `span` keys
+// (blockIdx.y; a CTA past the union returns at once), every visible score of its span into
+// out[(i − row0)·ld + t] and nothing else. The product and the head reduction are the streaming
+// kernel's above, so both give the same scores bit for bit; each warpgroup streams its own
+// 64-key half of every step.
+template <int N, int ATOMS>
+__global__ void __launch_bounds__(kThreads, 1)
+    indexer_scores_sm90_kernel(const IndexerArgs a, const Sm90Layout L, bool vec, float* out, size_t ld, int row0,
+                               int row_end, int span) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* sQ = smem;
+  unsigned char* sK = sQ + L.q_bytes();
+  float* sW = reinterpret_cast<float*>(sK + L.k_bytes());
+  __shared__ int s_b[BQ], s_e[BQ];
+
+  const int tid = threadIdx.x, lane = tid & 31, q = lane & 3;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wtid = tid & 127;
+  const int key_in_tile = ((tid >> 5) & 3) * 16 + (lane >> 2);  // this lane's keys: +0 and +8
+  const int i0 = row0 + (gridDim.x - 1 - blockIdx.x) * BQ;
+  int lo, hi;
+  row_ranges(a, i0, row_end, s_b, s_e, lo, hi);
+  lo += blockIdx.y * span;
+  hi = min(hi, lo + span);
+  if (lo >= hi) return;  // CTA-uniform: nothing of this span is visible to the rows
+  load_queries<N, ATOMS>(a, L, i0, row_end, vec, sQ, sW);
+  load_key_tile<ATOMS>(sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
+  mma::cp_async_commit();
+  mma::cp_async_wait_all();
+  wgmma::fence_proxy_async();
+  __syncthreads();
+
+  const float* sWq = sW + q * L.w_stride();
+  const int row_i = i0 + q;
+  float* out_row = out + size_t(row_i - row0) * ld;
+  float acc[N / 2];
+  for (int base = lo, stage = 0; base < hi; base += kStepKeys, stage ^= 1) {
+    if (base + kStepKeys < hi)
+      load_key_tile<ATOMS>(sK + ((stage ^ 1) * 2 + wg) * ATOMS * kAtomBytes, a, base + kStepKeys + wg * kTileKeys, lo, hi,
+                           wtid, vec);
+    mma::cp_async_commit();
+    tile_product<N, ATOMS>(acc, sK + (stage * 2 + wg) * ATOMS * kAtomBytes, sQ);
+    float score[2];
+    head_reduce<N>(score, acc, sWq, a.relu);
+    if (row_i < row_end) {
+      const int rb = max(s_b[q], lo), re = min(s_e[q], hi);  // the span's keys only: the next span is another CTA's
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = base + wg * kTileKeys + key_in_tile + 8 * r;
+        if (t >= rb && t < re) out_row[t] = score[r];
+      }
+    }
+    mma::cp_async_wait_all();
+    wgmma::fence_proxy_async();
+    // The warpgroup's own tiles only: the two warpgroups drift apart, so one's head reduction and
+    // stores overlap the other's product (no candidate buffer to keep them in step).
+    pipeline::bar_sync(1 + wg, 128);
+  }
+#else
+  __trap();
+#endif
+}
+
 // The kernel and layout for a shape (N and atoms from HI and DI; CAP as large as fits up to
 // K' + max(K', 128)); kernel == nullptr when HI or DI is out of this kernel's range.
 struct Sm90Plan {
   const void* kernel = nullptr;
   void (*launch)(const IndexerArgs&, const Sm90Layout&, bool, int, cudaStream_t) = nullptr;
   Sm90Layout L{};
+  const void* scores_kernel = nullptr;
+  void (*launch_scores)(const IndexerArgs&, const Sm90Layout&, bool, dim3, const ScoreRows&, cudaStream_t) = nullptr;
+  Sm90Layout scores_layout() const { return Sm90Layout{L.N, L.atoms, 0}; }  // no candidate buffers
 };
 
 template <int N, int ATOMS>
@@ -265,10 +350,23 @@ void launch_kernel(const IndexerArgs& a, const Sm90Layout& L, bool vec, int bloc
 }
 
 template <int N, int ATOMS>
+void launch_scores_kernel(const IndexerArgs& a, const Sm90Layout& L, bool vec, dim3 grid, const ScoreRows& out,
+                          cudaStream_t s) {
+  auto k = indexer_scores_sm90_kernel<N, ATOMS>;
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L.bytes()));
+  // ScoreRows::scores is const for the reader; the writer owns the same buffer.
+  k<<<grid, kThreads, L.bytes(), s>>>(a, L, vec, const_cast<float*>(out.scores), out.ld, out.row0,
+                                      std::min(out.row0 + out.rows, a.Tq), kScoreSpan);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int N, int ATOMS>
 Sm90Plan plan_of(const IndexerArgs& a, int optin) {
   Sm90Plan p;
   p.kernel = reinterpret_cast<const void*>(indexer_topk_sm90_kernel<N, ATOMS>);
   p.launch = launch_kernel<N, ATOMS>;
+  p.scores_kernel = reinterpret_cast<const void*>(indexer_scores_sm90_kernel<N, ATOMS>);
+  p.launch_scores = launch_scores_kernel<N, ATOMS>;
   p.L = Sm90Layout{N, ATOMS, 0};
   const int room = optin - kStatic - p.L.bytes();  // bytes left for the candidate buffers
   const int fit = room > 0 ? room / (BQ * 8) / 32 * 32 : 0;
@@ -290,6 +388,10 @@ Sm90Plan plan(const IndexerArgs& a) {
   return one_atom ? plan_of<256, 1>(a, optin) : plan_of<256, 2>(a, optin);
 }
 
+bool aligned16(const IndexerArgs& a) {
+  return a.DI % 8 == 0 && reinterpret_cast<uintptr_t>(a.q_I) % 16 == 0 && reinterpret_cast<uintptr_t>(a.k_I) % 16 == 0;
+}
+
 }  // namespace
 
 bool indexer_topk_sm90_fits(const IndexerArgs& a) {
@@ -299,8 +401,20 @@ bool indexer_topk_sm90_fits(const IndexerArgs& a) {
 
 void indexer_topk_sm90(const IndexerArgs& a, cudaStream_t s) {
   const Sm90Plan p = plan(a);
-  const bool vec = a.DI % 8 == 0 && reinterpret_cast<uintptr_t>(a.q_I) % 16 == 0 && reinterpret_cast<uintptr_t>(a.k_I) % 16 == 0;
-  p.launch(a, p.L, vec, (a.Tq + BQ - 1) / BQ, s);
+  p.launch(a, p.L, aligned16(a), (a.Tq + BQ - 1) / BQ, s);
+}
+
+bool indexer_scores_sm90_fits(const IndexerArgs& a) {
+  const Sm90Plan p = plan(a);
+  return p.scores_kernel && sm90a_kernel_fits(p.scores_kernel, p.scores_layout().bytes());
+}
+
+void indexer_scores_sm90(const IndexerArgs& a, const ScoreRows& out, cudaStream_t s) {
+  if (out.rows <= 0) return;
+  const Sm90Plan p = plan(a);
+  const int span = kScoreSpan;
+  const dim3 grid((out.rows + BQ - 1) / BQ, (a.Tp + span - 1) / span);
+  p.launch_scores(a, p.scores_layout(), aligned16(a), grid, out, s);
 }
 
 }  // namespace dsa::fused
