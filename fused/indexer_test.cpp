@@ -159,7 +159,7 @@ void check_indexer(const IndexerCase& c) {
   }
   IndexerArgs probe{};
   probe.HI = int(c.HI), probe.DI = int(c.DI), probe.K = int(c.K);
-  if (indexer_topk_kernel_for(probe) == IndexerKernel::wgmma) {
+  if (indexer_topk_sm90_fits(probe)) {
     SCOPED_TRACE("wgmma kernel");
     check_indexer_on(c, IndexerKernel::wgmma);
   }
@@ -212,8 +212,9 @@ TEST(FusedIndexer, PaddedHeadsAndWidths) {
 }
 
 // On an sm_90 device the production indexer shapes (DeepSeek-V3.2: HI 64, GLM-5: HI 32; DI 128,
-// K 2048) must take the wgmma kernel, or the checks above would never reach it.
-TEST(FusedIndexer, ProductionShapesTakeTheWgmmaKernelOnSm90) {
+// K 2048) must take the two-phase kernel (the fastest there), and the streaming wgmma kernel must
+// fit them too, or the checks above would never reach either.
+TEST(FusedIndexer, ProductionShapesTakeTheTwoPhaseKernelOnSm90) {
   DSA_SKIP_WITHOUT_GPU();
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -222,8 +223,9 @@ TEST(FusedIndexer, ProductionShapesTakeTheWgmmaKernelOnSm90) {
   for (int HI : {64, 32}) {
     IndexerArgs probe{};
     probe.HI = HI, probe.DI = 128, probe.K = 2048, probe.Tp = 16384;
-    EXPECT_EQ(indexer_topk_kernel_for(probe), IndexerKernel::wgmma)
-        << "HI " << HI << ": an sm_90 device must take the wgmma indexer (is the sm_90a code in the build?)";
+    EXPECT_EQ(indexer_topk_kernel_for(probe), IndexerKernel::two_phase)
+        << "HI " << HI << ": an sm_90 device must take the two-phase indexer (is the sm_90a code in the build?)";
+    EXPECT_TRUE(indexer_topk_sm90_fits(probe)) << "HI " << HI << ": the streaming wgmma indexer must fit";
   }
 }
 

@@ -243,6 +243,7 @@ void indexer_topk_two_phase(const IndexerArgs& a, cudaStream_t s, const TwoPhase
 }
 
 IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a) {
+  if (indexer_scores_sm90_fits(a) && topk_rows_cap(a) > 0) return IndexerKernel::two_phase;
   return indexer_topk_sm90_fits(a) ? IndexerKernel::wgmma : IndexerKernel::mma;
 }
 
@@ -251,23 +252,27 @@ void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel) {
   require(a.DI >= 1 && a.DI <= 256, "DI", "between 1 and 256 in the fused indexer");
   require(a.K >= 1 && a.K <= a.Tp, "K", "between 1 and Tp (K' = min(K, Tp))");
   if (a.Tq <= 0) return;
-  const bool two_phase = kernel == IndexerKernel::two_phase;
-  if (two_phase && indexer_scores_sm90_fits(a) && topk_rows_cap(a) == 0)
-    throw InvalidInput("K", "K' = " + std::to_string(a.K) + " needs more shared memory than the two-phase indexer's top-k has");
-  const bool wgmma = kernel != IndexerKernel::mma &&
-                     (two_phase ? indexer_scores_sm90_fits(a) : indexer_topk_sm90_fits(a));  // asked once: it queries the driver
-  if ((kernel == IndexerKernel::wgmma || two_phase) && !wgmma)
-    throw std::invalid_argument(std::string("indexer_topk: the ") + (two_phase ? "two-phase" : "wgmma") +
-                                " kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
-                                std::to_string(a.HI) + ", DI = " + std::to_string(a.DI) + ")");
+  if (kernel == IndexerKernel::best) kernel = indexer_topk_kernel_for(a);
+  const auto refused = [&](const char* which) {
+    return std::invalid_argument(std::string("indexer_topk: the ") + which +
+                                 " kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
+                                 std::to_string(a.HI) + ", DI = " + std::to_string(a.DI) + ")");
+  };
+  if (kernel == IndexerKernel::two_phase) {
+    if (!indexer_scores_sm90_fits(a)) throw refused("two-phase");
+    if (topk_rows_cap(a) == 0)
+      throw InvalidInput("K", "K' = " + std::to_string(a.K) + " needs more shared memory than the two-phase indexer's top-k has");
+  } else if (kernel == IndexerKernel::wgmma && !indexer_topk_sm90_fits(a)) {
+    throw refused("wgmma");
+  }
   if (a.scores) {
     const size_t n = size_t(a.Tq) * a.Tp;
     fill_kernel<<<int(std::min<size_t>((n + 255) / 256, 4096)), 256, 0, s>>>(a.scores, n, -__builtin_huge_valf());
     DSA_CUDA_CHECK(cudaGetLastError());
   }
-  if (two_phase)
+  if (kernel == IndexerKernel::two_phase)
     indexer_topk_two_phase(a, s);
-  else if (wgmma)
+  else if (kernel == IndexerKernel::wgmma)
     indexer_topk_sm90(a, s);
   else if (a.DI <= 128)
     launch<8>(a, s);
