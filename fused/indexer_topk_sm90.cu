@@ -16,8 +16,9 @@
 // Measured (27th session, H100): 5–9 % faster than the mma.sync kernel at S 16K, 7–11 % slower at
 // 4K. The selects, not the product, bound it: at one CTA an SM the compactions and each row's last
 // select and sort run with the tensor cores idle, and its CAP (3008 at K' 2048) compacts more often
-// than the mma.sync kernel's 4096. reports/device/2026-12-07-s27-indexer-experiment.patch (two CTAs an
-// SM) is the next step to measure.
+// than the mma.sync kernel's 4096. Hence the second kernel here, indexer_scores_sm90_kernel: the same
+// product and head reduction with the selection taken out, the first phase of the two-phase indexer
+// (indexer_topk.cu's indexer_topk_two_phase, fused/topk_rows.cu the second).
 #include <algorithm>
 #include <cstdint>
 
