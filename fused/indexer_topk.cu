@@ -224,8 +224,8 @@ void launch(const IndexerArgs& a, cudaStream_t s) {
 
 void indexer_topk_two_phase(const IndexerArgs& a, cudaStream_t s, const TwoPhaseSizes& sizes) {
   const size_t ld = a.scores ? size_t(a.Tp) : size_t(round_up(a.Tp, 4));  // the workspace's rows: 16-byte loads
-  const int block = a.scores ? a.Tq
-                             : int(std::clamp<size_t>(sizes.workspace_bytes / (ld * sizeof(float)) / 4 * 4, 4, size_t(a.Tq)));
+  const size_t fit = std::max<size_t>(sizes.workspace_bytes / (ld * sizeof(float)) / 4 * 4, 4);
+  const int block = a.scores ? a.Tq : int(std::min(fit, size_t(a.Tq)));
   float* work = a.scores;
   if (!work) DSA_CUDA_CHECK(cudaMallocAsync(&work, size_t(block) * ld * sizeof(float), s));
   struct Free {  // stream-ordered, also when a launch throws
