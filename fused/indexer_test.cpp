@@ -128,7 +128,7 @@ void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
     EXPECT_TRUE(canonical_rows(t_local, s_local, Tq, Tp, K)) << "rank " << r;
     EXPECT_TRUE(slot_scores_match(t_local, ts_local, s_local, Tq, Tp, K)) << "rank " << r;
     if (kernel == IndexerKernel::two_phase) {
-      // Without a.scores the scores go through its own workspace, here 8 rows a block, and a
+      // Without a.scores the scores go through its own workspace, here 4 to 8 rows a block, and a
       // buffer of only K' slots sends long rows through every radix pass and ties through the
       // index-order path: the same rows bit for bit.
       DeviceArray<int32_t> topk3(size_t(Tq) * K, int32_t(-7));
