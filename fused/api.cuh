@@ -34,12 +34,13 @@ struct IndexerArgs {
   // sparse loss reads instead of scoring the selected keys again (LossArgs::scores).
   float* topk_scores = nullptr;
 };
-// Which kernel runs it: `two_phase` (sm_90, HI ≤ 64, DI ≤ 128): the wgmma scores of a block of
-// rows into a workspace of at most 128 MiB (a.scores itself when set), then a top-k kernel over
-// them (fused/topk_rows.cu), block by block; `wgmma` (same rule): scores and a streaming top-k in
-// one kernel, nothing materialized; `mma` (any shape, sm_80+): the same streaming kernel on
-// mma.sync. `best` takes the first that fits in that order; forcing two_phase or wgmma where it
-// does not fit throws std::invalid_argument.
+// Which kernel runs it: `wgmma` (sm_90, HI ≤ 64, DI ≤ 128): scores and a streaming top-k in one
+// kernel, nothing materialized; `mma` (any shape, sm_80+): the same streaming kernel on mma.sync;
+// `two_phase` (the wgmma rule): the wgmma scores of a block of rows into a workspace of at most
+// 128 MiB (a.scores itself when set), then a top-k kernel over them (fused/topk_rows.cu), block by
+// block. `best` takes wgmma where it fits, else mma (two_phase only when asked for, until it is
+// measured on a device); forcing two_phase or wgmma where it does not fit throws
+// std::invalid_argument.
 enum class IndexerKernel { best, mma, wgmma, two_phase };
 void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel = IndexerKernel::best);
 // The kernel `best` picks for a.

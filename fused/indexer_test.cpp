@@ -212,9 +212,9 @@ TEST(FusedIndexer, PaddedHeadsAndWidths) {
 }
 
 // On an sm_90 device the production indexer shapes (DeepSeek-V3.2: HI 64, GLM-5: HI 32; DI 128,
-// K 2048) must take the two-phase kernel (the fastest there), and the streaming wgmma kernel must
-// fit them too, or the checks above would never reach either.
-TEST(FusedIndexer, ProductionShapesTakeTheTwoPhaseKernelOnSm90) {
+// K 2048) must take the wgmma kernel, and the two-phase kernel must fit them too, or the checks
+// above would never reach either.
+TEST(FusedIndexer, ProductionShapesTakeTheWgmmaKernelOnSm90) {
   DSA_SKIP_WITHOUT_GPU();
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -223,9 +223,10 @@ TEST(FusedIndexer, ProductionShapesTakeTheTwoPhaseKernelOnSm90) {
   for (int HI : {64, 32}) {
     IndexerArgs probe{};
     probe.HI = HI, probe.DI = 128, probe.K = 2048, probe.Tp = 16384;
-    EXPECT_EQ(indexer_topk_kernel_for(probe), IndexerKernel::two_phase)
-        << "HI " << HI << ": an sm_90 device must take the two-phase indexer (is the sm_90a code in the build?)";
-    EXPECT_TRUE(indexer_topk_sm90_fits(probe)) << "HI " << HI << ": the streaming wgmma indexer must fit";
+    EXPECT_EQ(indexer_topk_kernel_for(probe), IndexerKernel::wgmma)
+        << "HI " << HI << ": an sm_90 device must take the wgmma indexer (is the sm_90a code in the build?)";
+    EXPECT_TRUE(indexer_scores_sm90_fits(probe) && topk_rows_cap(probe) >= probe.K)
+        << "HI " << HI << ": the two-phase indexer must fit";
   }
 }
 

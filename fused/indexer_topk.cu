@@ -243,7 +243,7 @@ void indexer_topk_two_phase(const IndexerArgs& a, cudaStream_t s, const TwoPhase
 }
 
 IndexerKernel indexer_topk_kernel_for(const IndexerArgs& a) {
-  if (indexer_scores_sm90_fits(a) && topk_rows_cap(a) > 0) return IndexerKernel::two_phase;
+  // Not yet two_phase: it has not run on a device (28th session; every start failed).
   return indexer_topk_sm90_fits(a) ? IndexerKernel::wgmma : IndexerKernel::mma;
 }
 

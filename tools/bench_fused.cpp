@@ -246,7 +246,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
   auto step = [&] {
     if (kernel == "indexer") w.indexer();
     else if (kernel == "indexer_mma") w.indexer(fused::IndexerKernel::mma);
-    else if (kernel == "indexer_streaming") w.indexer(fused::IndexerKernel::wgmma);
+    else if (kernel == "indexer_two_phase") w.indexer(fused::IndexerKernel::two_phase);
     else if (kernel == "forward") w.forward();
     else if (kernel == "forward_mma") w.forward(fused::FwdKernel::mma);
     else if (kernel == "backward" || hot) w.backward();
@@ -255,7 +255,7 @@ void run_kernel(benchmark::State& state, const std::string& kernel) {
     else w.loss(kernel == "loss_given_target");
   };
   // Indexer pairs: every visible key of every row (dense scores), S(S+1)/2.
-  const bool indexer = kernel == "indexer" || kernel == "indexer_mma" || kernel == "indexer_streaming";
+  const bool indexer = kernel == "indexer" || kernel == "indexer_mma" || kernel == "indexer_two_phase";
   const double pairs = indexer ? double(S) * (S + 1) / 2 : w.pairs;
   try {
     step();  // the first warm-up: a forced kernel that does not fit this device says so here
@@ -343,9 +343,9 @@ struct Kernel {
 const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
                            // The portable mma.sync indexer on the same shapes, for comparison with the wgmma one.
                            {"BM_FusedIndexerTopkMma", "indexer_mma"},
-                           // The streaming wgmma indexer (scores and top-k in one kernel, nothing
-                           // materialized) forced, for comparison with the two-phase one (sm_90 only).
-                           {"BM_FusedIndexerTopkStreaming", "indexer_streaming"},
+                           // The two-phase indexer (scores of a block of rows into a workspace, then
+                           // a top-k kernel over them) forced, for comparison (sm_90 only).
+                           {"BM_FusedIndexerTopkTwoPhase", "indexer_two_phase"},
                            {"BM_FusedAttentionForward", "forward"},
                            // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
                            {"BM_FusedAttentionForwardMma", "forward_mma"},

@@ -23,7 +23,7 @@ std::vector<std::string> gpu_benchmark_names() {
     for (const char* model : {"0", "1"})
       for (const char* S : seqlens) names.push_back(std::string(base) + "/model:" + model + "/S:" + S + "/manual_time");
   };
-  for (const char* base : {"BM_FusedIndexerTopk", "BM_FusedIndexerTopkMma", "BM_FusedIndexerTopkStreaming",
+  for (const char* base : {"BM_FusedIndexerTopk", "BM_FusedIndexerTopkMma", "BM_FusedIndexerTopkTwoPhase",
                            "BM_FusedAttentionForward", "BM_FusedAttentionForwardMma", "BM_FusedAttentionBackward",
                            "BM_FusedAttentionBackwardMma", "BM_FusedLossForwardBackward", "BM_FusedAttentionBackwardWithTarget",
                            "BM_FusedLossGivenTarget"})
