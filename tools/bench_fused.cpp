@@ -26,6 +26,7 @@
 #include "fused/device.hpp"
 #include "fused/fill.hpp"
 #include "fused/run.hpp"
+#include "tools/bench_fused_names.hpp"
 #include "tools/bench_models.hpp"
 #include "harness/generate.hpp"
 #include "reference/core.hpp"
@@ -334,37 +335,15 @@ void run_core_speedup(benchmark::State& state) {
 }
 
 // Registration, shape by shape (model, then S), every kernel of a shape in a row: the workload of
-// a shape is made once (at S = 131072 that takes seconds), not once per kernel. The names are
-// BM_Fused<Kernel>/model:M/S:S/iterations:N/manual_time, as BENCHMARK(...)->Args made them before.
-struct Kernel {
-  const char* name;
-  const char* kernel;
-};
-const Kernel kKernels[] = {{"BM_FusedIndexerTopk", "indexer"},
-                           // The portable mma.sync indexer on the same shapes, for comparison with the wgmma one.
-                           {"BM_FusedIndexerTopkMma", "indexer_mma"},
-                           // The two-phase indexer (scores of a block of rows into a workspace, then
-                           // a top-k kernel over them) forced, for comparison (sm_90 only).
-                           {"BM_FusedIndexerTopkTwoPhase", "indexer_two_phase"},
-                           {"BM_FusedAttentionForward", "forward"},
-                           // The portable mma.sync forward on the same shapes, for comparison with the wgmma one.
-                           {"BM_FusedAttentionForwardMma", "forward_mma"},
-                           {"BM_FusedAttentionBackward", "backward"},
-                           // The portable mma.sync backward on the same shapes, for comparison with the wgmma one.
-                           {"BM_FusedAttentionBackwardMma", "backward_mma"},
-                           {"BM_FusedLossForwardBackward", "loss"},
-                           // fused/run.cpp's sparse loss: the backward emits T^, the loss reads it.
-                           // Their loss share = (BackwardWithTarget − Backward + LossGivenTarget) / (Forward + Backward).
-                           {"BM_FusedAttentionBackwardWithTarget", "backward_target"},
-                           {"BM_FusedLossGivenTarget", "loss_given_target"}};
-constexpr int kSeqLens[] = {4096, 16384, 65536, 131072};
-constexpr int kHotSeqLens[] = {4096, 16384};
-
+// a shape is made once (at S = 131072 that takes seconds), not once per kernel. The names
+// (tools/bench_fused_names.hpp) are BM_Fused<Kernel>/model:M/S:S/iterations:N/manual_time, as
+// BENCHMARK(...)->Args made them before.
 benchmark::internal::Benchmark* shaped(benchmark::internal::Benchmark* b, int model, int S, int iterations) {
   return b->Args({model, S})->ArgNames({"model", "S"})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
 }
 
 [[maybe_unused]] const bool registered = [] {
+  using namespace fused_bench;
   for (int m = 0; m < 2; ++m)
     for (int S : kSeqLens) {
       for (const Kernel& k : kKernels) {
@@ -372,13 +351,11 @@ benchmark::internal::Benchmark* shaped(benchmark::internal::Benchmark* b, int mo
         shaped(benchmark::RegisterBenchmark(k.name, [kernel](benchmark::State& s) { run_kernel(s, kernel); }), m, S,
                iterations_for(S));
       }
-      if (S == 4096) shaped(benchmark::RegisterBenchmark("BM_FusedCoreVsCpuReference", run_core_speedup), m, S, 3);
-      // The backward with hot keys: same pairs and FLOP formula, the dK~ atomics of every row on the same keys.
+      if (S == kCoreVsCpuSeqLen) shaped(benchmark::RegisterBenchmark(kCoreVsCpu, run_core_speedup), m, S, 3);
       for (int hs : kHotSeqLens)
         if (hs == S)
-          shaped(benchmark::RegisterBenchmark("BM_FusedAttentionBackwardHotKeys",
-                                              [](benchmark::State& s) { run_kernel(s, "backward_hot"); }),
-                 m, S, iterations_for(S));
+          shaped(benchmark::RegisterBenchmark(kHotKeys, [](benchmark::State& s) { run_kernel(s, "backward_hot"); }), m, S,
+                 iterations_for(S));
     }
   return true;
 }();

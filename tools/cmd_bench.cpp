@@ -9,27 +9,26 @@
 
 #include "core/errors.hpp"
 #include "harness/backend.hpp"
+#include "tools/bench_fused_names.hpp"
 #include "tools/command.hpp"
 
 namespace dsa::cli {
 namespace {
 namespace cmd_bench {  // its own names in a unity build (README "Layout of the source")
 
-// The GPU benchmarks of bench_fused.cpp (compiled only with CUDA), with the arguments they run
-// at: a filter that selects any of them needs a device.
+// The GPU benchmarks of bench_fused.cpp (compiled only with CUDA; their names in
+// tools/bench_fused_names.hpp), with the arguments they run at: a filter that selects any of them
+// needs a device.
 std::vector<std::string> gpu_benchmark_names() {
+  using namespace fused_bench;
   std::vector<std::string> names;
-  auto add = [&](const char* base, std::initializer_list<const char*> seqlens) {
+  auto add = [&](const char* base, const auto& seqlens) {
     for (const char* model : {"0", "1"})
-      for (const char* S : seqlens) names.push_back(std::string(base) + "/model:" + model + "/S:" + S + "/manual_time");
+      for (int S : seqlens) names.push_back(std::string(base) + "/model:" + model + "/S:" + std::to_string(S) + "/manual_time");
   };
-  for (const char* base : {"BM_FusedIndexerTopk", "BM_FusedIndexerTopkMma", "BM_FusedIndexerTopkTwoPhase",
-                           "BM_FusedAttentionForward", "BM_FusedAttentionForwardMma", "BM_FusedAttentionBackward",
-                           "BM_FusedAttentionBackwardMma", "BM_FusedLossForwardBackward", "BM_FusedAttentionBackwardWithTarget",
-                           "BM_FusedLossGivenTarget"})
-    add(base, {"4096", "16384", "65536", "131072"});
-  add("BM_FusedAttentionBackwardHotKeys", {"4096", "16384"});
-  add("BM_FusedCoreVsCpuReference", {"4096"});
+  for (const Kernel& k : kKernels) add(k.name, kSeqLens);
+  add(kHotKeys, kHotSeqLens);
+  add(kCoreVsCpu, std::initializer_list<int>{kCoreVsCpuSeqLen});
   return names;
 }
 
