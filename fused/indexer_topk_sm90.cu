@@ -413,8 +413,7 @@ bool indexer_scores_sm90_fits(const IndexerArgs& a) {
 void indexer_scores_sm90(const IndexerArgs& a, const ScoreRows& out, cudaStream_t s) {
   if (out.rows <= 0) return;
   const Sm90Plan p = plan(a);
-  const int span = kScoreSpan;
-  const dim3 grid((out.rows + BQ - 1) / BQ, (a.Tp + span - 1) / span);
+  const dim3 grid((out.rows + BQ - 1) / BQ, (a.Tp + kScoreSpan - 1) / kScoreSpan);
   p.launch_scores(a, p.scores_layout(), aligned16(a), grid, out, s);
 }
 
