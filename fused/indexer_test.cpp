@@ -81,7 +81,13 @@ std::string kernel_name(IndexerKernel k) {
   return k == IndexerKernel::mma ? "mma.sync" : k == IndexerKernel::wgmma ? "wgmma" : "two-phase";
 }
 
-void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
+// The kernel's whole-stream scores and top-k, for comparison across kernels.
+struct IndexerOut {
+  std::vector<float> scores;
+  std::vector<int32_t> topk;
+};
+
+void check_indexer_on(const IndexerCase& c, IndexerKernel kernel, IndexerOut* out = nullptr) {
   Dims d = tiny_dims();
   d.HI = c.HI, d.DI = c.DI;
   Problem p = small_problem(c.seqlens, d, c.K);
@@ -148,6 +154,7 @@ void check_indexer_on(const IndexerCase& c, IndexerKernel kernel) {
   const std::string ctx = kernel_name(kernel) + " kernel, seed " + std::to_string(c.seed);
   EXPECT_TRUE(parity("scores", sc, *E.scores, *Lw.scores, L, ctx));
   EXPECT_TRUE(topk_passes(tk, K, *E.scores, *Lw.scores, L, ctx));
+  if (out) *out = IndexerOut{std::move(sc), std::move(tk)};
 }
 
 // Every kernel that takes the case: the mma.sync one always, the wgmma and the two-phase ones where
@@ -159,13 +166,20 @@ void check_indexer(const IndexerCase& c) {
   }
   IndexerArgs probe{};
   probe.HI = int(c.HI), probe.DI = int(c.DI), probe.K = int(c.K);
+  IndexerOut streaming, two_phase;
   if (indexer_topk_sm90_fits(probe)) {
     SCOPED_TRACE("wgmma kernel");
-    check_indexer_on(c, IndexerKernel::wgmma);
+    check_indexer_on(c, IndexerKernel::wgmma, &streaming);
   }
   if (indexer_scores_sm90_fits(probe)) {
     SCOPED_TRACE("two-phase kernel");
-    check_indexer_on(c, IndexerKernel::two_phase);
+    check_indexer_on(c, IndexerKernel::two_phase, &two_phase);
+  }
+  // The two-phase kernel's scores are the streaming wgmma kernel's product and reduction, so bit for
+  // bit the same, and then so is the canonical selection.
+  if (!streaming.scores.empty() && !two_phase.scores.empty()) {
+    EXPECT_TRUE(bitwise_equal(two_phase.scores, streaming.scores)) << "two-phase vs wgmma scores";
+    EXPECT_EQ(two_phase.topk, streaming.topk) << "two-phase vs wgmma selection";
   }
 }
 
