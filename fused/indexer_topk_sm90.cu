@@ -184,17 +184,54 @@ __device__ __forceinline__ void load_queries(const IndexerArgs& a, const Sm90Lay
   }
 }
 
+
+// The dynamic shared memory both kernels share (1024-byte aligned for the swizzle): q_I, the
+// double-buffered key tiles of the two warpgroups, the permuted w; the streaming kernel's candidate
+// buffers follow at end().
+struct Sm90Smem {
+  unsigned char* sQ;
+  unsigned char* sK;
+  float* sW;
+  __device__ Sm90Smem(unsigned char* raw, const Sm90Layout& L)
+      : sQ(reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023})),
+        sK(sQ + L.q_bytes()),
+        sW(reinterpret_cast<float*>(sK + L.k_bytes())) {}
+  __device__ unsigned char* end(const Sm90Layout& L) const { return reinterpret_cast<unsigned char*>(sW + 4 * L.w_stride()); }
+};
+
+// This warpgroup's key tile of the first step (when [lo, hi) is not empty), then every copy into
+// shared memory (q_I's too) in and visible to wgmma. All threads.
+template <int ATOMS>
+__device__ __forceinline__ void first_tile(const Sm90Smem& m, const IndexerArgs& a, int lo, int hi, int wg, int wtid, bool vec) {
+  if (lo < hi) load_key_tile<ATOMS>(m.sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
+  mma::cp_async_commit();
+  mma::cp_async_wait_all();
+  wgmma::fence_proxy_async();  // cp.async and st.shared writes, read next by wgmma (the async proxy)
+  __syncthreads();
+}
+
+// One step of both kernels for this warpgroup: the next step's key tile into the other stage, then
+// this step's product and head reduction. score[r] is row q's score of key
+// base + wg·64 + key_in_tile + 8r (the caller checks visibility); the caller waits for the copy.
+template <int N, int ATOMS>
+__device__ __forceinline__ void step_scores(float (&score)[2], float (&acc)[N / 2], const Sm90Smem& m, const IndexerArgs& a,
+                                            const float* sWq, int base, int stage, int lo, int hi, int wg, int wtid, bool vec) {
+  if (base + kStepKeys < hi)
+    load_key_tile<ATOMS>(m.sK + ((stage ^ 1) * 2 + wg) * ATOMS * kAtomBytes, a, base + kStepKeys + wg * kTileKeys, lo, hi,
+                         wtid, vec);
+  mma::cp_async_commit();
+  tile_product<N, ATOMS>(acc, m.sK + (stage * 2 + wg) * ATOMS * kAtomBytes, m.sQ);
+  head_reduce<N>(score, acc, sWq, a.relu);
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 template <int N, int ATOMS>
 __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const IndexerArgs a, const Sm90Layout L, bool vec) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  unsigned char* sQ = smem;
-  unsigned char* sK = sQ + L.q_bytes();
-  float* sW = reinterpret_cast<float*>(sK + L.k_bytes());
-  uint32_t* skey = reinterpret_cast<uint32_t*>(sW + 4 * L.w_stride());
+  const Sm90Smem m(smem_raw, L);
+  uint32_t* skey = reinterpret_cast<uint32_t*>(m.end(L));
   int32_t* sidx = reinterpret_cast<int32_t*>(skey + BQ * L.CAP);
   __shared__ int s_count[BQ], s_b[BQ], s_e[BQ];
   __shared__ uint32_t s_thr[BQ];
@@ -207,15 +244,11 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
 
   int lo, hi;
   row_ranges(a, i0, a.Tq, s_b, s_e, lo, hi);
-  load_queries<N, ATOMS>(a, L, i0, a.Tq, vec, sQ, sW);
+  load_queries<N, ATOMS>(a, L, i0, a.Tq, vec, m.sQ, m.sW);
   if (tid < BQ) s_count[tid] = 0, s_thr[tid] = 0u;
-  if (lo < hi) load_key_tile<ATOMS>(sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
-  mma::cp_async_commit();
-  mma::cp_async_wait_all();
-  wgmma::fence_proxy_async();  // cp.async and st.shared writes, read next by wgmma (the async proxy)
-  __syncthreads();
+  first_tile<ATOMS>(m, a, lo, hi, wg, wtid, vec);
 
-  const float* sWq = sW + q * L.w_stride();
+  const float* sWq = m.sW + q * L.w_stride();
   const int row_i = i0 + q;
   float acc[N / 2];
   for (int base = lo, stage = 0; base < hi; base += kStepKeys, stage ^= 1) {
@@ -228,14 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_topk_sm90_kernel(const In
         __syncthreads();
       }
     }
-    if (base + kStepKeys < hi)
-      load_key_tile<ATOMS>(sK + ((stage ^ 1) * 2 + wg) * ATOMS * kAtomBytes, a, base + kStepKeys + wg * kTileKeys, lo, hi,
-                           wtid, vec);
-    mma::cp_async_commit();
-
-    tile_product<N, ATOMS>(acc, sK + (stage * 2 + wg) * ATOMS * kAtomBytes, sQ);
     float score[2];
-    head_reduce<N>(score, acc, sWq, a.relu);
+    step_scores<N, ATOMS>(score, acc, m, a, sWq, base, stage, lo, hi, wg, wtid, vec);
     if (row_i < a.Tq) {
       const int rb = s_b[q], re = s_e[q];
       const uint32_t thr = s_thr[q];
@@ -278,10 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                int row_end, int span) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  unsigned char* sQ = smem;
-  unsigned char* sK = sQ + L.q_bytes();
-  float* sW = reinterpret_cast<float*>(sK + L.k_bytes());
+  const Sm90Smem m(smem_raw, L);
   __shared__ int s_b[BQ], s_e[BQ];
 
   const int tid = threadIdx.x, lane = tid & 31, q = lane & 3;
@@ -293,25 +317,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   lo += blockIdx.y * span;
   hi = min(hi, lo + span);
   if (lo >= hi) return;  // CTA-uniform: nothing of this span is visible to the rows
-  load_queries<N, ATOMS>(a, L, i0, row_end, vec, sQ, sW);
-  load_key_tile<ATOMS>(sK + wg * ATOMS * kAtomBytes, a, lo + wg * kTileKeys, lo, hi, wtid, vec);
-  mma::cp_async_commit();
-  mma::cp_async_wait_all();
-  wgmma::fence_proxy_async();
-  __syncthreads();
+  load_queries<N, ATOMS>(a, L, i0, row_end, vec, m.sQ, m.sW);
+  first_tile<ATOMS>(m, a, lo, hi, wg, wtid, vec);
 
-  const float* sWq = sW + q * L.w_stride();
+  const float* sWq = m.sW + q * L.w_stride();
   const int row_i = i0 + q;
   float* out_row = out + size_t(row_i - row0) * ld;
   float acc[N / 2];
   for (int base = lo, stage = 0; base < hi; base += kStepKeys, stage ^= 1) {
-    if (base + kStepKeys < hi)
-      load_key_tile<ATOMS>(sK + ((stage ^ 1) * 2 + wg) * ATOMS * kAtomBytes, a, base + kStepKeys + wg * kTileKeys, lo, hi,
-                           wtid, vec);
-    mma::cp_async_commit();
-    tile_product<N, ATOMS>(acc, sK + (stage * 2 + wg) * ATOMS * kAtomBytes, sQ);
     float score[2];
-    head_reduce<N>(score, acc, sWq, a.relu);
+    step_scores<N, ATOMS>(score, acc, m, a, sWq, base, stage, lo, hi, wg, wtid, vec);
     if (row_i < row_end) {
       const int rb = max(s_b[q], lo), re = min(s_e[q], hi);  // the span's keys only: the next span is another CTA's
 #pragma unroll
