@@ -252,17 +252,19 @@ void indexer_topk(const IndexerArgs& a, cudaStream_t s, IndexerKernel kernel) {
   require(a.DI >= 1 && a.DI <= 256, "DI", "between 1 and 256 in the fused indexer");
   require(a.K >= 1 && a.K <= a.Tp, "K", "between 1 and Tp (K' = min(K, Tp))");
   if (a.Tq <= 0) return;
-  if (kernel == IndexerKernel::best) kernel = indexer_topk_kernel_for(a);
+  // `best` resolves to a kernel that fits; a forced one is checked (each check queries the driver).
+  const bool forced = kernel != IndexerKernel::best;
+  if (!forced) kernel = indexer_topk_kernel_for(a);
   const auto refused = [&](const char* which) {
     return std::invalid_argument(std::string("indexer_topk: the ") + which +
                                  " kernel needs an sm_90 device, sm_90a code, HI <= 64 and DI <= 128 (got HI = " +
                                  std::to_string(a.HI) + ", DI = " + std::to_string(a.DI) + ")");
   };
-  if (kernel == IndexerKernel::two_phase) {
+  if (forced && kernel == IndexerKernel::two_phase) {
     if (!indexer_scores_sm90_fits(a)) throw refused("two-phase");
     if (topk_rows_cap(a) == 0)
       throw InvalidInput("K", "K' = " + std::to_string(a.K) + " needs more shared memory than the two-phase indexer's top-k has");
-  } else if (kernel == IndexerKernel::wgmma && !indexer_topk_sm90_fits(a)) {
+  } else if (forced && kernel == IndexerKernel::wgmma && !indexer_topk_sm90_fits(a)) {
     throw refused("wgmma");
   }
   if (a.scores) {
